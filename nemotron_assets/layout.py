@@ -1,0 +1,43 @@
+"""Where every output lives under the storage root, and how partition keys name shards.
+
+    <root>/<blend>/sources/<dataset>/manifest.json          files + shard plan of one dataset
+    <root>/<blend>/pretrain/<dataset>/shard_NNNNN.bin|.idx  Megatron indexed dataset of one shard
+    <root>/<blend>/pretrain/<dataset>/shard_NNNNN.json      the shard's receipt (counts, checksums, inputs)
+    <root>/<blend>/pretrain/blend.json                      Megatron-Bridge per-split blend
+    <root>/<blend>/pretrain/data_path.txt                   the same as Megatron-LM --*-data-path arguments
+
+A tokenized shard's partition key is ``<dataset>/shard_NNNNN``: the same words as its path.
+"""
+
+import re
+from dataclasses import dataclass
+
+_SHARD_KEY = re.compile(r"^(?P<dataset>[a-z0-9_][a-z0-9_.-]*)/shard_(?P<index>\d{5,})$")
+
+
+@dataclass(frozen=True)
+class ShardKey:
+    dataset: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.dataset}/shard_{self.index:05d}"
+
+    @staticmethod
+    def parse(key: str) -> "ShardKey":
+        match = _SHARD_KEY.match(key)
+        if match is None:
+            raise ValueError(f"not a shard partition key: {key!r} (expected <dataset>/shard_NNNNN)")
+        return ShardKey(match["dataset"], int(match["index"]))
+
+
+def manifest_path(blend: str, dataset: str) -> str:
+    return f"{blend}/sources/{dataset}/manifest.json"
+
+
+def shard_prefix(blend: str, key: ShardKey) -> str:
+    return f"{blend}/pretrain/{key.dataset}/shard_{key.index:05d}"
+
+
+def pretrain_dir(blend: str) -> str:
+    return f"{blend}/pretrain"

@@ -1,0 +1,117 @@
+"""Build one pretraining shard: text batches in, a Megatron ``.bin``/``.idx`` pair out.
+
+plan -> read -> tokenize -> write, streaming: memory stays near one text batch plus 20 bytes per document.
+When a fast tokenizer backend is in use, the first documents of every batch are re-tokenized with the
+reference backend; on any difference the shard is rebuilt with the reference (never a silent divergence).
+"""
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nemotron_assets.formats.megatron import DType, IndexedDatasetWriter
+from nemotron_assets.tokenize.documents import LoadedTokenizer
+from nemotron_assets.tokenize.encoders import first_mismatch
+
+CROSS_CHECK_DOCS = 4  # documents per batch re-tokenized with the reference backend
+HISTOGRAM_BUCKETS = 24  # token-length buckets [2^k, 2^(k+1)) for k < 24, the last one open
+
+
+class BackendMismatch(Exception):
+    """The fast backend disagreed with the reference on real data."""
+
+
+@dataclass
+class ShardStats:
+    """Counts of one built shard; the same keys go to Dagster metadata and the shard's receipt."""
+
+    rows: int = 0
+    documents: int = 0
+    empty_documents: int = 0
+    tokens: int = 0
+    min_doc_tokens: int = 0
+    max_doc_tokens: int = 0
+    histogram: list[int] = field(default_factory=lambda: [0] * HISTOGRAM_BUCKETS)
+    dropped: dict[str, int] = field(default_factory=dict)
+    bin_bytes: int = 0
+    idx_bytes: int = 0
+    bin_sha256: str = ""
+    idx_sha256: str = ""
+    dtype: str = ""
+    backend: str = ""
+    seconds: float = 0.0
+
+    @property
+    def mean_doc_tokens(self) -> float:
+        nonempty = self.documents - self.empty_documents
+        return self.tokens / nonempty if nonempty else 0.0
+
+    def add_lengths(self, lengths: np.ndarray) -> None:
+        nonempty = lengths[lengths > 0]
+        self.documents += len(lengths)
+        self.empty_documents += int(len(lengths) - len(nonempty))
+        if len(nonempty):
+            low, high = int(nonempty.min()), int(nonempty.max())
+            self.min_doc_tokens = low if self.min_doc_tokens == 0 else min(self.min_doc_tokens, low)
+            self.max_doc_tokens = max(self.max_doc_tokens, high)
+            buckets = np.minimum(np.log2(nonempty).astype(np.int64), HISTOGRAM_BUCKETS - 1)
+            counts = np.bincount(buckets, minlength=HISTOGRAM_BUCKETS)
+            self.histogram = [a + int(b) for a, b in zip(self.histogram, counts)]
+
+    def as_dict(self) -> dict:
+        return {
+            "rows": self.rows, "documents": self.documents, "empty_documents": self.empty_documents,
+            "tokens": self.tokens, "min_doc_tokens": self.min_doc_tokens,
+            "mean_doc_tokens": round(self.mean_doc_tokens, 3), "max_doc_tokens": self.max_doc_tokens,
+            "histogram": self.histogram, "dropped": dict(self.dropped), "bin_bytes": self.bin_bytes,
+            "idx_bytes": self.idx_bytes, "bin_sha256": self.bin_sha256, "idx_sha256": self.idx_sha256,
+            "dtype": self.dtype, "backend": self.backend,
+        }
+
+
+ProgressCallback = Callable[[int, int, float], None]  # (rows done, tokens, seconds)
+
+
+def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype: DType, prefix: Path,
+                progress: ProgressCallback | None = None, progress_every_s: float = 10.0) -> ShardStats:
+    """Tokenize every batch into ``<prefix>.bin``/``.idx`` (local paths); returns the shard's counts."""
+    stats = ShardStats(dtype=dtype.name, backend=tokenizer.backend)
+    writer = IndexedDatasetWriter(prefix, dtype)
+    started = last_report = time.monotonic()
+    try:
+        for texts in batches:
+            ids, lengths = tokenizer.documents(texts)
+            if tokenizer.encoder is not tokenizer.hf:
+                _cross_check(tokenizer, texts)
+            before = writer.tokens
+            writer.add_documents(ids, lengths)
+            stats.rows += len(texts)
+            stats.tokens += writer.tokens - before
+            stats.add_lengths(lengths)
+            now = time.monotonic()
+            if progress is not None and now - last_report >= progress_every_s:
+                progress(stats.rows, stats.tokens, now - started)
+                last_report = now
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    idx_bytes = Path(f"{prefix}.idx").read_bytes()
+    stats.bin_bytes = stats.tokens * dtype.numpy.itemsize
+    stats.idx_bytes = len(idx_bytes)
+    stats.bin_sha256 = writer.bin_sha256
+    stats.idx_sha256 = hashlib.sha256(idx_bytes).hexdigest()
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def _cross_check(tokenizer: LoadedTokenizer, texts: list[str]) -> None:
+    sample = texts[:CROSS_CHECK_DOCS]
+    bad = first_mismatch(tokenizer.encoder, tokenizer.hf, sample)
+    if bad is not None:
+        raise BackendMismatch(f"{tokenizer.backend} differs from hf-tokenizers on a document "
+                              f"({len(sample[bad])} characters)")

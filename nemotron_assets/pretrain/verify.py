@@ -1,0 +1,58 @@
+"""Re-check a committed shard from storage, independently of how it was written.
+
+Used by the asset checks and the CLI. Each check returns "" when it passes, else what is wrong.
+"""
+
+import json
+
+import numpy as np
+
+from nemotron_assets.formats.megatron import FormatError, Index, check_bin_size, parse_index
+from nemotron_assets.layout import ShardKey, shard_prefix
+from nemotron_assets.storage import Storage
+
+SCAN_BYTES = 16 << 20
+
+
+def verify_shard(store: Storage, blend: str, key: ShardKey, recorded: dict | None) -> dict[str, str]:
+    prefix = shard_prefix(blend, key)
+    result = {"bin_idx_consistent": "", "token_ids_below_vocab": "", "counts_match_metadata": ""}
+    for ext in (".idx", ".bin", ".json"):
+        if not store.exists(prefix + ext):
+            return {check: f"{store.url(prefix + ext)} does not exist" for check in result}
+    receipt = json.loads(store.read_bytes(prefix + ".json"))
+    try:
+        index = parse_index(store.read_bytes(prefix + ".idx"), name=store.url(prefix + ".idx"))
+        check_bin_size(index, store.size(prefix + ".bin"), name=store.url(prefix + ".bin"))
+    except FormatError as exc:
+        return {check: str(exc) for check in result}
+    highest = max_token_id(store, prefix + ".bin", index)
+    if highest is not None and highest >= receipt["vocab_size"]:
+        result["token_ids_below_vocab"] = f"token id {highest} >= vocab size {receipt['vocab_size']}"
+    result["counts_match_metadata"] = _count_problem(index, receipt["stats"], recorded)
+    return result
+
+
+def max_token_id(store: Storage, relative: str, index: Index) -> int | None:
+    itemsize = index.dtype.numpy.itemsize
+    highest = None
+    with store.open(relative) as stream:
+        while chunk := stream.read(SCAN_BYTES - SCAN_BYTES % itemsize):
+            values = np.frombuffer(chunk, dtype=index.dtype.numpy)
+            if values.size:
+                top = int(values.max())
+                highest = top if highest is None else max(highest, top)
+    return highest
+
+
+def _count_problem(index: Index, receipt_stats: dict, recorded: dict | None) -> str:
+    actual = {"documents": index.num_documents, "tokens": index.num_tokens,
+              "empty_documents": int(np.count_nonzero(np.diff(index.document_indices) == 0))}
+    sources = [("receipt", receipt_stats)] + ([("materialization", recorded)] if recorded is not None else [])
+    for label, values in sources:
+        for field, value in actual.items():
+            if field in values and int(values[field]) != value:
+                return f"{field}: files hold {value:,}, the {label} says {int(values[field]):,}"
+    if recorded is None:
+        return "no materialization recorded for this partition"
+    return ""

@@ -1,0 +1,71 @@
+"""What a dataset is made of: its files, how each is stored, and how to open it.
+
+A ``SourceFile`` is one entry of a dataset's immutable manifest. ``url`` is a local absolute path or an
+fsspec URL (``s3://...``); ``fingerprint`` is the content hash (local files, hf files) or the S3 ETag, so
+a later run can tell whether the input changed under it.
+"""
+
+import gzip
+import io
+from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
+from typing import BinaryIO
+
+import zstandard
+
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    url: str
+    size: int
+    format: str
+    compression: str | None
+    rows: int = 0
+    fingerprint: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def detect_format(name: str, declared: str | None = None) -> tuple[str, str | None] | None:
+    """``(format, compression)`` from the file name (``x.jsonl.zst`` -> jsonl, zstd); None if not data."""
+    suffixes = [s.lower() for s in PurePosixPath(name).suffixes]
+    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+    if compression:
+        suffixes = suffixes[:-1]
+    fmt = FORMATS.get(suffixes[-1]) if suffixes else None
+    if fmt is None:
+        if declared is None:
+            return None
+        fmt = declared
+    elif declared is not None and declared != fmt:
+        fmt = declared
+    if fmt == "parquet" and compression:
+        return None  # parquet compresses internally; a .parquet.gz is not readable as parquet
+    return fmt, compression
+
+
+def is_remote(url: str) -> bool:
+    return "://" in url
+
+
+def open_raw(url: str, storage_options: dict | None = None) -> BinaryIO:
+    """Open a local path or an fsspec URL for binary reading."""
+    if not is_remote(url):
+        return open(url, "rb")
+    import fsspec
+
+    return fsspec.open(url, "rb", **(storage_options or {})).open()
+
+
+def open_decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO:
+    if compression is None:
+        return raw
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "zstd":
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
+    raise ValueError(f"unknown compression {compression!r}")

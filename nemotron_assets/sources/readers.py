@@ -1,0 +1,256 @@
+"""Read the documents of a row range of one file, in order, in batches.
+
+Each bad row either raises an ``InputError`` naming dataset, file, line (JSONL, 1-based) or row (Parquet,
+0-based) and field, or, with ``on_error="skip"``, is counted under a reason in ``ReadStats.dropped`` and
+skipped. Rows are never dropped silently. Reading is streaming: memory stays near one batch whatever the
+file size.
+"""
+
+import gzip
+import hashlib
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from nemotron_assets.errors import InputError
+from nemotron_assets.sources.files import SourceFile, open_decompressed, open_raw
+
+READ_CHUNK = 8 << 20
+DEFAULT_BATCH_BYTES = 8 << 20
+
+# Reasons a row can be dropped with on_error="skip" (metadata keys, stable).
+MALFORMED_JSON = "malformed_json"
+INVALID_UTF8 = "invalid_utf8"
+NOT_AN_OBJECT = "not_an_object"
+MISSING_FIELD = "missing_field"
+NON_STRING_TEXT = "non_string_text"
+
+
+@dataclass
+class ReadStats:
+    rows: int = 0
+    dropped: Counter = field(default_factory=Counter)
+
+    def merge(self, other: "ReadStats") -> None:
+        self.rows += other.rows
+        self.dropped.update(other.dropped)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    dataset: str
+    text_field: str = "text"
+    on_error: str = "raise"
+    storage_options: dict | None = None
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+
+
+def _decompress_errors() -> tuple[type[BaseException], ...]:
+    return (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError)
+
+
+def iter_lines(source: SourceFile, options: ReadOptions) -> Iterator[bytes]:
+    """Every line of a JSONL file without its newline, decompressed, streaming."""
+    with open_raw(source.url, options.storage_options) as raw:
+        stream = open_decompressed(raw, source.compression)
+        try:
+            yield from _split_lines(stream)
+        except _decompress_errors() as exc:
+            raise InputError(f"cannot decompress ({source.compression}): {exc}", dataset=options.dataset,
+                             path=source.url) from None
+
+
+def _split_lines(stream: BinaryIO) -> Iterator[bytes]:
+    tail = b""
+    while chunk := stream.read(READ_CHUNK):
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        yield from lines
+    if tail:
+        yield tail
+
+
+def count_rows_and_hash(source: SourceFile, options: ReadOptions) -> tuple[int, str]:
+    """Rows of the file and the sha256 of its stored bytes, in one streaming pass."""
+    if source.format == "parquet":
+        return _parquet_rows(source, options), _hash_file(source, options)
+    digest = hashlib.sha256()
+    rows, last = 0, b"\n"
+    with open_raw(source.url, options.storage_options) as raw:
+        hashing = _HashingReader(raw, digest)
+        stream = open_decompressed(hashing, source.compression)
+        try:
+            while chunk := stream.read(READ_CHUNK):
+                rows += chunk.count(b"\n")
+                last = chunk[-1:]
+        except _decompress_errors() as exc:
+            raise InputError(f"cannot decompress ({source.compression}): {exc}", dataset=options.dataset,
+                             path=source.url) from None
+        hashing.drain()
+    if last != b"\n":
+        rows += 1  # a last line without a trailing newline is still a row
+    return rows, digest.hexdigest()
+
+
+class _HashingReader:
+    """File-like wrapper that hashes every byte read through it."""
+
+    def __init__(self, raw: BinaryIO, digest) -> None:
+        self._raw, self._digest = raw, digest
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._digest.update(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def drain(self) -> None:
+        while self.read(READ_CHUNK):
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _hash_file(source: SourceFile, options: ReadOptions) -> str:
+    digest = hashlib.sha256()
+    with open_raw(source.url, options.storage_options) as raw:
+        while chunk := raw.read(READ_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _parquet_rows(source: SourceFile, options: ReadOptions) -> int:
+    with open_raw(source.url, options.storage_options) as raw:
+        try:
+            return pq.ParquetFile(raw).metadata.num_rows
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"not a readable Parquet file: {exc}", dataset=options.dataset,
+                             path=source.url) from None
+
+
+def iter_text_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
+                      stats: ReadStats) -> Iterator[list[str]]:
+    """Documents of rows ``[row_start, row_end)``, in order, in batches of about ``batch_bytes``."""
+    if source.format == "parquet":
+        yield from _parquet_batches(source, row_start, row_end, options, stats)
+    else:
+        yield from _jsonl_batches(source, row_start, row_end, options, stats)
+
+
+def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
+                   stats: ReadStats) -> Iterator[list[str]]:
+    key = options.text_field
+    batch: list[str] = []
+    batch_bytes = 0
+    for row, line in enumerate(iter_lines(source, options)):
+        if row < row_start:
+            continue
+        if row >= row_end:
+            break
+        stats.rows += 1
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            _bad_row(options, stats, source, row, *_json_problem(line, exc))
+            continue
+        if not isinstance(record, dict):
+            _bad_row(options, stats, source, row, NOT_AN_OBJECT,
+                     f"expected a JSON object, got {type(record).__name__}")
+            continue
+        if key not in record:
+            _bad_row(options, stats, source, row, MISSING_FIELD, "missing", field_name=key)
+            continue
+        text = record[key]
+        if not isinstance(text, str):
+            _bad_row(options, stats, source, row, NON_STRING_TEXT,
+                     f"expected a string, got {_json_type(text)}", field_name=key)
+            continue
+        batch.append(text)
+        batch_bytes += len(line)
+        if batch_bytes >= options.batch_bytes:
+            yield batch
+            batch, batch_bytes = [], 0
+    if batch:
+        yield batch
+
+
+def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> tuple[str, str]:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return INVALID_UTF8, f"invalid UTF-8 at byte {bad.start} of the line"
+    if not line.strip():
+        return MALFORMED_JSON, "blank line (JSONL needs one JSON object per line)"
+    return MALFORMED_JSON, f"malformed JSON: {exc.msg} (column {exc.colno})"
+
+
+def _json_type(value: object) -> str:
+    return {type(None): "null", bool: "boolean", int: "number", float: "number", list: "array",
+            dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _bad_row(options: ReadOptions, stats: ReadStats, source: SourceFile, row: int, reason: str,
+             message: str, field_name: str | None = None, parquet: bool = False) -> None:
+    """Raise, or count the row under ``reason`` when on_error is skip."""
+    if options.on_error == "skip":
+        stats.dropped[reason] += 1
+        return
+    if parquet:
+        raise InputError(message, dataset=options.dataset, path=source.url, row=row, field=field_name)
+    raise InputError(message, dataset=options.dataset, path=source.url, line=row + 1, field=field_name)
+
+
+def _parquet_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
+                     stats: ReadStats) -> Iterator[list[str]]:
+    key = options.text_field
+    with open_raw(source.url, options.storage_options) as raw:
+        parquet = pq.ParquetFile(raw)
+        if key not in parquet.schema_arrow.names:
+            raise InputError(f"no such column (columns: {', '.join(parquet.schema_arrow.names)})",
+                             dataset=options.dataset, path=source.url, field=key)
+        column_type = parquet.schema_arrow.field(key).type
+        if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+            raise InputError(f"column type is {column_type}, expected string", dataset=options.dataset,
+                             path=source.url, field=key)
+        first = 0
+        for group in range(parquet.num_row_groups):
+            count = parquet.metadata.row_group(group).num_rows
+            lo, hi = max(row_start, first), min(row_end, first + count)
+            if lo < hi:
+                column = parquet.read_row_group(group, columns=[key]).column(0)
+                values = column.slice(lo - first, hi - lo).to_pylist()
+                stats.rows += len(values)
+                batch = []
+                for offset, text in enumerate(values):
+                    if text is None:
+                        _bad_row(options, stats, source, lo + offset, NON_STRING_TEXT, "null",
+                                 field_name=key, parquet=True)
+                        continue
+                    batch.append(text)
+                if batch:
+                    yield batch
+            first += count
+            if first >= row_end:
+                break

@@ -1,0 +1,128 @@
+"""One storage root, local folder or ``s3://bucket/prefix``, with atomic commits.
+
+Steps write their files into a local staging folder and then ``commit`` them: locally an ``os.replace``
+from a staging folder on the same file system (atomic), on S3 one upload per object (an object appears
+whole or not at all). So a failure leaves either the old file or nothing, never half a file. A step that
+publishes several files deletes its "done" marker first and writes it last, so readers never mistake a
+partial set for a finished one.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+STAGING_DIR = ".staging"
+
+
+class Storage:
+    def __init__(self, root: str, endpoint_url: str | None = None) -> None:
+        self.is_s3 = root.startswith("s3://")
+        if not self.is_s3 and "://" in root:
+            raise ValueError(f"storage root must be a local folder or s3://bucket/prefix, got {root!r}")
+        self.root = root.rstrip("/") if self.is_s3 else str(Path(root).expanduser().resolve())
+        self.endpoint_url = endpoint_url
+        self._fs = None
+
+    # --- addressing -------------------------------------------------------------------------------------
+    def url(self, relative: str) -> str:
+        """Absolute location of a relative path: a local path or an s3:// URL."""
+        _check_relative(relative)
+        return f"{self.root}/{relative}" if self.is_s3 else str(Path(self.root) / relative)
+
+    @property
+    def fs(self):
+        """The s3fs file system (S3 roots only)."""
+        if self._fs is None:
+            import s3fs
+
+            client_kwargs = {"endpoint_url": self.endpoint_url} if self.endpoint_url else {}
+            self._fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, skip_instance_cache=True)
+        return self._fs
+
+    # --- writing ------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[Path]:
+        """A private local folder for files about to be committed; removed afterwards, whatever happens."""
+        if self.is_s3:
+            folder = Path(tempfile.mkdtemp(prefix="nemotron-staging-"))
+        else:
+            base = Path(self.root) / STAGING_DIR
+            base.mkdir(parents=True, exist_ok=True)
+            folder = base / uuid.uuid4().hex
+            folder.mkdir()
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def commit(self, staged: Path, relative: str) -> None:
+        """Publish a staged file at ``relative``, replacing any previous version atomically."""
+        target = self.url(relative)
+        if self.is_s3:
+            self.fs.put_file(str(staged), target)
+            return
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, target)
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        """Atomically write a small file."""
+        with self.staging() as folder:
+            staged = folder / "payload"
+            staged.write_bytes(data)
+            self.commit(staged, relative)
+
+    def delete(self, relative: str) -> None:
+        target = self.url(relative)
+        if self.is_s3:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(target)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(target)
+
+    # --- reading ------------------------------------------------------------------------------------------
+    def exists(self, relative: str) -> bool:
+        target = self.url(relative)
+        if self.is_s3:
+            self.fs.invalidate_cache(target)
+            return self.fs.exists(target)
+        return os.path.exists(target)
+
+    def size(self, relative: str) -> int:
+        target = self.url(relative)
+        return int(self.fs.info(target)["size"]) if self.is_s3 else os.path.getsize(target)
+
+    def read_bytes(self, relative: str) -> bytes:
+        target = self.url(relative)
+        if self.is_s3:
+            return self.fs.cat_file(target)
+        return Path(target).read_bytes()
+
+    def open(self, relative: str):
+        """Binary read handle (streams from S3)."""
+        target = self.url(relative)
+        return self.fs.open(target, "rb") if self.is_s3 else open(target, "rb")
+
+    def list(self, relative_dir: str) -> list[str]:
+        """Relative paths of the files directly in a folder, sorted; [] if it does not exist."""
+        target = self.url(relative_dir)
+        if self.is_s3:
+            self.fs.invalidate_cache(target)
+            try:
+                names = self.fs.ls(target, detail=False)
+            except FileNotFoundError:
+                return []
+            return sorted(f"{relative_dir}/{n.rsplit('/', 1)[-1]}" for n in names)
+        if not os.path.isdir(target):
+            return []
+        return sorted(f"{relative_dir}/{n}" for n in os.listdir(target) if os.path.isfile(Path(target) / n))
+
+
+def _check_relative(relative: str) -> None:
+    parts = relative.split("/")
+    if relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"not a safe relative storage path: {relative!r}")

@@ -1,0 +1,132 @@
+"""From texts to Megatron documents: tokenize, then optional BOS, truncation, and the EOD.
+
+Megatron's ``preprocess_data.py --append-eod`` does, per document: ids = tokenizer(text) with the
+post-processor on; if ids is empty the document is empty (no sequence, no EOD); else ids + [eod]. We do the
+same on whole batches with numpy. ``add_bos`` (off by default, as in Megatron) prepends BOS to non-empty
+documents whose tokenization does not already start with it; ``max_doc_tokens`` truncates so a document
+has at most that many tokens with the EOD still last.
+"""
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from nemotron_assets.errors import InputError
+from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder
+from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
+
+
+@dataclass(frozen=True)
+class DocumentOptions:
+    add_bos: bool = False
+    add_eos: bool = True
+    eod_token: str | None = None
+    max_doc_tokens: int | None = None
+    backend: str = "auto"  # auto | hf | fastokens
+
+
+class LoadedTokenizer:
+    """A tokenizer ready to turn text batches into documents, plus the facts the writer needs."""
+
+    def __init__(self, files: TokenizerFiles, options: DocumentOptions) -> None:
+        self.files = files
+        self.options = options
+        text = files.tokenizer_json.read_text(encoding="utf-8")
+        try:
+            self.reference = Tokenizer.from_str(text)
+        except Exception as exc:  # tokenizers raises a bare Exception on a malformed tokenizer.json
+            raise InputError(f"not a valid tokenizer.json: {exc}", path=str(files.tokenizer_json)) from None
+        self.vocab_size = self.reference.get_vocab_size(with_added_tokens=True)
+        self.eod_id = self._eod_id() if options.add_eos else None
+        self.bos_id = self._token_id(files.bos_token, "bos_token") if options.add_bos else None
+        self.encoder, self.backend_reason = choose_encoder(self.reference, text, options.backend)
+        self.hf = HFEncoder(self.reference)
+        self.bos_already_added = bool(self.bos_id is not None and self._post_processor_adds(self.bos_id))
+        self._check_truncation()
+
+    @property
+    def backend(self) -> str:
+        return self.encoder.name
+
+    def use_reference(self, reason: str) -> None:
+        """Switch to hf-tokenizers (after a fast backend disagreed on real data)."""
+        self.encoder = self.hf
+        self.backend_reason = reason
+
+    def _eod_id(self) -> int:
+        for source, token in (("eod_token", self.options.eod_token), ("eos_token", self.files.eos_token),
+                              ("sep_token", self.files.sep_token)):
+            if token is not None:
+                return self._token_id(token, source)
+        raise InputError(
+            "add_eos is on but the tokenizer config names no eos_token (or sep_token); set eod_token in "
+            "the blend", path=str(self.files.tokenizer_json), field="eod_token")
+
+    def _token_id(self, token: str | None, what: str) -> int:
+        token_id = self.reference.token_to_id(token) if token is not None else None
+        if token_id is None:
+            raise InputError(f"{what} {token!r} is not in the vocabulary", path=str(self.files.tokenizer_json),
+                             field=what)
+        return token_id
+
+    def _post_processor_adds(self, token_id: int) -> bool:
+        ids = self.reference.encode("x", add_special_tokens=True).ids
+        return bool(ids) and ids[0] == token_id
+
+    def _check_truncation(self) -> None:
+        limit = self.options.max_doc_tokens
+        extra = (self.eod_id is not None) + (self.bos_id is not None and not self.bos_already_added)
+        if limit is not None and limit <= extra:
+            raise InputError(f"max_doc_tokens={limit} leaves no room for text next to BOS/EOD",
+                             field="max_doc_tokens")
+
+    def fingerprint(self) -> str:
+        """Everything that changes the output ids, for deciding whether a shard is up to date."""
+        return json.dumps({"tokenizer_sha256": self.files.sha256, "vocab": self.vocab_size,
+                           "eod": self.eod_id, "bos": self.bos_id, "bos_added": self.bos_already_added,
+                           "max_doc_tokens": self.options.max_doc_tokens}, sort_keys=True)
+
+    def documents(self, texts: Sequence[str], encoder: Encoder | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, lengths) of the finished documents; length 0 marks an empty document."""
+        ids, lengths = (encoder or self.encoder).encode(texts)
+        return assemble_documents(ids, lengths, bos_id=None if self.bos_already_added else self.bos_id,
+                                  eod_id=self.eod_id, max_doc_tokens=self.options.max_doc_tokens)
+
+
+def assemble_documents(ids: np.ndarray, lengths: np.ndarray, bos_id: int | None, eod_id: int | None,
+                       max_doc_tokens: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Add BOS/EOD to non-empty documents and truncate, vectorised over the batch."""
+    ids = np.asarray(ids, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    nonempty = lengths > 0
+    if max_doc_tokens is not None:
+        room = max_doc_tokens - (eod_id is not None) - (bos_id is not None)
+        keep = np.minimum(lengths, room)
+        if np.any(keep < lengths):
+            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            position = np.arange(len(ids)) - np.repeat(starts, lengths)
+            ids = ids[position < np.repeat(keep, lengths)]
+            lengths = keep
+    ends = np.cumsum(lengths)
+    if eod_id is not None:
+        ids = np.insert(ids, ends[nonempty], eod_id)
+        lengths = lengths + nonempty
+    if bos_id is not None:
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        ids = np.insert(ids, starts[nonempty], bos_id)
+        lengths = lengths + nonempty
+    return ids, lengths
+
+
+def load_tokenizer(spec: str, revision: str | None, options: DocumentOptions) -> LoadedTokenizer:
+    return LoadedTokenizer(locate_tokenizer(spec, revision), options)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions) -> LoadedTokenizer:
+    """One loaded tokenizer per process and setting: loading Llama-3 costs about a second."""
+    return load_tokenizer(spec, revision, options)

@@ -1,0 +1,118 @@
+"""Tokenizer backends that turn a batch of texts into one flat id array plus one length per text.
+
+The reference is Hugging Face ``tokenizers`` called as Megatron calls it (post-processor on). ``fastokens``
+is ~20x faster on real text and was exact on 61,502 real documents, but a fast backend is only used after
+it agrees with the reference id for id on a probe set built from the tokenizer itself (every added/special
+token literal inside text, empty and whitespace-only documents, unicode, CRLF, long repeats), and callers
+cross-check samples of every shard (``sample_mismatch``). Anything else falls back to the reference.
+"""
+
+from collections.abc import Sequence
+from itertools import chain
+from typing import Protocol
+
+import numpy as np
+from tokenizers import Tokenizer
+
+
+class Encoder(Protocol):
+    name: str
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, lengths): ``ids[sum(lengths[:i]) : sum(lengths[:i+1])]`` are text i's tokens."""
+        ...
+
+
+class HFEncoder:
+    """The reference: ``tokenizers.Tokenizer.encode_batch_fast(..., add_special_tokens=True)``."""
+
+    name = "hf-tokenizers"
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=True)
+        id_lists = [e.ids for e in encodings]
+        lengths = np.fromiter((len(ids) for ids in id_lists), dtype=np.int64, count=len(id_lists))
+        flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=int(lengths.sum()))
+        return flat, lengths
+
+
+class FastokensEncoder:
+    """``fastokens.Tokenizer.encode_batch_flat``: ids come back as one uint32 buffer, no Python lists."""
+
+    name = "fastokens"
+
+    def __init__(self, tokenizer_json_text: str) -> None:
+        import fastokens
+
+        self.tokenizer = fastokens.Tokenizer.from_json_str(tokenizer_json_text)
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        ids, offsets = self.tokenizer.encode_batch_flat(list(texts), add_special_tokens=True)
+        flat = np.frombuffer(ids, dtype="<u4")
+        bounds = np.frombuffer(offsets, dtype="<u8").astype(np.int64)
+        return flat, np.diff(bounds)
+
+
+def probe_texts(tokenizer: Tokenizer) -> list[str]:
+    """Texts on which a fast backend must agree with the reference before it is trusted."""
+    specials = [t.content for t in tokenizer.get_added_tokens_decoder().values()][:512]
+    texts = [
+        "",
+        " ",
+        "   \n\t",
+        "\n\n\n",
+        "Hello, world! This is a plain English sentence.",
+        "line one\r\nline two\r\n",
+        "  leading and trailing spaces  ",
+        "日本語のテキストと中文和한국어 😀🎉 emoji ZWJ 👩‍👩‍👧 combining é e\u0301",
+        "Ünïcödé façade naïve — “quotes” ‘single’ … ½ ∑ ∞",
+        "def f(x):\n    return x ** 2  # code\n\tindent\n",
+        "numbers 1234567890 3.14159 1e-10 0xDEADBEEF",
+        "a" * 5000,
+        "ab " * 3000,
+        "https://example.com/path?query=1&b=2#frag",
+        "\u00a0non-breaking\u2009thin\u200bzero-width",
+    ]
+    for token in specials:
+        texts.append(f"before {token} after")
+        texts.append(f"{token}{token}glued{token}")
+        texts.append(token)
+    return texts
+
+
+def first_mismatch(candidate: Encoder, reference: Encoder, texts: Sequence[str]) -> int | None:
+    """Index of the first text on which the two encoders differ, or None."""
+    ids_a, len_a = candidate.encode(texts)
+    ids_b, len_b = reference.encode(texts)
+    if np.array_equal(len_a, len_b) and np.array_equal(ids_a.astype(np.int64), ids_b.astype(np.int64)):
+        return None
+    starts = np.concatenate([[0], np.cumsum(len_a)])
+    starts_b = np.concatenate([[0], np.cumsum(len_b)])
+    for i in range(len(texts)):
+        a = ids_a[starts[i]:starts[i + 1]].astype(np.int64)
+        b = ids_b[starts_b[i]:starts_b[i + 1]].astype(np.int64)
+        if not np.array_equal(a, b):
+            return i
+    return 0
+
+
+def choose_encoder(reference: Tokenizer, tokenizer_json_text: str, backend: str) -> tuple[Encoder, str]:
+    """The fastest encoder that reproduces the reference on the probe set, and why it was chosen."""
+    hf = HFEncoder(reference)
+    if backend == "hf":
+        return hf, "hf-tokenizers requested"
+    try:
+        fast = FastokensEncoder(tokenizer_json_text)
+    except (ImportError, ValueError, RuntimeError, OSError) as exc:
+        if backend == "fastokens":
+            raise
+        return hf, f"fastokens unavailable ({exc}); using hf-tokenizers"
+    bad = first_mismatch(fast, hf, probe_texts(reference))
+    if bad is not None:
+        if backend == "fastokens":
+            raise ValueError(f"fastokens differs from hf-tokenizers on probe text {bad}")
+        return hf, f"fastokens differs from hf-tokenizers on probe text {bad}; using hf-tokenizers"
+    return fast, "fastokens matched hf-tokenizers on every probe text"
