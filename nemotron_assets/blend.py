@@ -19,6 +19,7 @@ validated here, once.
 
 import json
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -45,7 +46,7 @@ def parse_size(value: int | str) -> int:
     match = _SIZE.match(str(value))
     if not match or match.group(2).lower() not in _UNITS:
         raise ValueError(f"not a size: {value!r} (use e.g. 256MB, 1GiB or a number of bytes)")
-    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = int(Decimal(match.group(1)) * _UNITS[match.group(2).lower()])  # exact: 1.001KB is 1001, not 1000
     if size <= 0:
         raise ValueError(f"size must be positive, got {value!r}")
     return size

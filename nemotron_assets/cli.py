@@ -38,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
                      help="partitions per Dagster run (default: the asset's backfill policy, 16)")
     mat.add_argument("--log-level", default="INFO", help="Dagster console log level (default INFO)")
     args = parser.parse_args(argv)
-    return materialize(args)
+    from nemotron_assets.errors import InputError
+
+    try:
+        return materialize(args)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _instance():
@@ -154,5 +160,5 @@ def _run_config(repo, keys, args) -> dict:
 
 def _report(outcome, what: str) -> None:
     span = f" {outcome.partitions[0]}...{outcome.partitions[-1]}" if outcome.partitions else ""
-    status = "ok" if outcome.success else f"FAILED: {outcome.error}"
+    status = f"ok in {outcome.seconds:.1f} s" if outcome.success else f"FAILED: {outcome.error}"
     print(f"run {outcome.run_id[:8]} {what}{span}: {status}", file=sys.stderr)

@@ -2,8 +2,8 @@
 
 A data engineer staring at a failed run needs the dataset, the file, the line (or row) and the field, not a
 traceback from deep inside a reader. Every error about user input is an `InputError` whose message starts
-with that location, e.g. ``dataset 'wiki': data/wiki.jsonl:1042 field 'text': missing`` (JSONL lines are 1-based; Parquet rows
-0-based, printed as ``row N``).
+with that location, e.g. ``dataset 'wiki': data/wiki.jsonl:1042 field 'text': missing`` (JSONL lines are
+1-based; Parquet rows 0-based, printed as ``row N``).
 """
 
 from dataclasses import dataclass

@@ -8,6 +8,7 @@ re-executed from there. A set of partitions becomes runs of contiguous partition
 
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ class RunOutcome:
     success: bool
     partitions: tuple[str, ...]
     error: str = ""
+    seconds: float = 0.0
 
 
 def repository_origin() -> RepositoryPythonOrigin:
@@ -66,9 +68,11 @@ def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition
     if partitions:
         run_tags[ASSET_PARTITION_RANGE_START_TAG] = partitions[0]
         run_tags[ASSET_PARTITION_RANGE_END_TAG] = partitions[-1]
+    started = time.monotonic()
     with execute_job(job, instance, run_config=run_config, tags=run_tags, asset_selection=list(asset_keys)) as result:
         error = "" if result.success else _first_error(result)
-        return RunOutcome(result.run_id, result.success, tuple(partitions or ()), error)
+        return RunOutcome(result.run_id, result.success, tuple(partitions or ()), error,
+                          time.monotonic() - started)
 
 
 def _first_error(result) -> str:

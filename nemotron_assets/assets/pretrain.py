@@ -178,9 +178,10 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
         files = build_blend_files(store, blend, manifests, allow_missing=config.allow_missing_shards)
         for relative, data in files.outputs.items():
             store.write_bytes(relative, data)
+        data_path = files.outputs[f"{pretrain_dir(name)}/data_path.txt"].decode()
         return dg.MaterializeResult(metadata={
             "blend_json": dg.MetadataValue.path(store.url(f"{pretrain_dir(name)}/blend.json")),
-            "data_path": dg.MetadataValue.md(f"```\n{files.outputs[f'{pretrain_dir(name)}/data_path.txt'].decode()}```"),
+            "data_path": dg.MetadataValue.md(f"```\n{data_path}```"),
             "shards": dg.MetadataValue.int(files.shards_listed),
             "empty_shards_left_out": dg.MetadataValue.int(files.empty_left_out),
             "tokens_by_split": dg.MetadataValue.json(files.tokens_by_split),

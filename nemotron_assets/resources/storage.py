@@ -6,9 +6,9 @@ multi-partition runs. Steps stage files locally, the storage commits them atomic
 returns metadata (``MaterializeResult``), with lineage declared by ``deps``.
 """
 
+import dagster as dg
 from pydantic import Field
 
-import dagster as dg
 from nemotron_assets.storage import Storage
 
 

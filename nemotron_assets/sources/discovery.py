@@ -95,10 +95,10 @@ def _resolve_local(entry: DatasetEntry, base_dir: Path) -> list[SourceFile]:
     else:
         raise InputError(f"no such file or directory: {path}", dataset=entry.name, field="path")
     files = []
-    for p in sorted(candidates):
-        if not p.is_file() or p.name.startswith("."):
-            continue
+    for p in sorted(candidates, key=lambda p: p.as_posix()):  # string order, like the s3:// and hf:// listings
         relative = os.path.relpath(p, root).replace(os.sep, "/")
+        if not p.is_file() or any(part.startswith(".") for part in relative.split("/")):
+            continue  # hidden files and everything inside hidden folders (.git/, .cache/)
         if not matches_subset_split(relative, entry.subset, entry.split):
             continue
         source = _data_file(str(p.resolve()), p.stat().st_size, entry)

@@ -222,6 +222,14 @@ def _bad_row(options: ReadOptions, stats: ReadStats, source: SourceFile, row: in
     raise InputError(message, dataset=options.dataset, path=source.url, line=row + 1, field=field_name)
 
 
+def _is_string_type(column_type: pa.DataType) -> bool:
+    """A Parquet UTF-8 column, whichever Arrow type its writer recorded (string, large, view, dictionary)."""
+    if pa.types.is_dictionary(column_type):
+        column_type = column_type.value_type
+    return (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)
+            or pa.types.is_string_view(column_type))
+
+
 def _parquet_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
                      stats: ReadStats) -> Iterator[list[str]]:
     key = options.text_field
@@ -231,7 +239,7 @@ def _parquet_batches(source: SourceFile, row_start: int, row_end: int, options: 
             raise InputError(f"no such column (columns: {', '.join(parquet.schema_arrow.names)})",
                              dataset=options.dataset, path=source.url, field=key)
         column_type = parquet.schema_arrow.field(key).type
-        if not (pa.types.is_string(column_type) or pa.types.is_large_string(column_type)):
+        if not _is_string_type(column_type):
             raise InputError(f"column type is {column_type}, expected string", dataset=options.dataset,
                              path=source.url, field=key)
         first = 0

@@ -1,0 +1,30 @@
+# The two commands of the README quick start, plus helpers. Needs only python3.11 and a package registry.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+export DAGSTER_HOME := $(CURDIR)/dagster_home
+
+.PHONY: setup demo test lint ui clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip uv
+
+setup: $(BIN)/python
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test]'
+
+# Quick start 1: set up, then materialize the whole sample blend into ./data with the sqlite instance in dagster_home/.
+demo: setup
+	$(BIN)/python -m nemotron_assets materialize sample
+	@echo "Outputs: ./data/sample/   UI: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml"
+
+# Quick start 2: set up, lint, and run the whole test suite.
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+ui: setup
+	$(BIN)/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf data dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs

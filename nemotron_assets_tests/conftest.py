@@ -1,0 +1,28 @@
+"""Shared fixtures: a real Dagster instance (sqlite in a temp folder) and helpers that materialize a blend
+the way a backfill does (partition-range runs), without going through the CLI."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the tests may reach a hub
+
+
+@pytest.fixture
+def instance():
+    import dagster as dg
+
+    with dg.instance_for_test() as test_instance:
+        yield test_instance
+
+
+@pytest.fixture
+def sample_blends(tmp_path) -> Path:
+    """A copy of the bundled blends folder (sample blend + its data) that a test may modify."""
+    target = tmp_path / "blends"
+    shutil.copytree(REPO / "blends", target)
+    return target

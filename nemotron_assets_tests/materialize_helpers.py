@@ -1,0 +1,43 @@
+"""Materialize a blend's pretraining assets in-process, one run per asset, like a backfill would."""
+
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
+from nemotron_assets.blend import Blend, load_blend
+from nemotron_assets.resources.storage import StorageResource
+
+
+def pipeline_for(blend_file: Path, **overrides) -> tuple[Blend, PretrainAssets]:
+    blend = load_blend(blend_file)
+    if overrides:
+        blend = blend.model_copy(update=overrides)
+    return blend, build_pretrain_assets(blend, blend_file)
+
+
+def run_asset(pipeline: PretrainAssets, asset, root: str, instance: dg.DagsterInstance,
+              partitions: list[str] | None = None, run_config: dict | None = None, raise_on_error: bool = True):
+    """One run of ``asset`` (an assets definition or an AssetSelection) over a partition range."""
+    tags = {}
+    if partitions:
+        tags = {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]}
+    return dg.materialize(
+        pipeline.definitions, selection=asset if isinstance(asset, dg.AssetSelection) else [asset.key],
+        instance=instance, tags=tags,
+        resources={"storage": StorageResource(root=root)}, run_config=run_config or {},
+        raise_on_error=raise_on_error,
+    )
+
+
+def shard_keys(pipeline: PretrainAssets, instance: dg.DagsterInstance) -> list[str]:
+    return instance.get_dynamic_partitions(pipeline.shard_partitions.name)
+
+
+def materialize_all(pipeline: PretrainAssets, root: str, instance: dg.DagsterInstance) -> None:
+    """source splits (one run), every shard (one run), then the Megatron blend."""
+    datasets = pipeline.dataset_partitions.get_partition_keys()
+    run_asset(pipeline, pipeline.source_split, root, instance, datasets)
+    run_asset(pipeline, pipeline.pretrain_shard, root, instance, shard_keys(pipeline, instance))
+    run_asset(pipeline, pipeline.megatron_blend, root, instance)

@@ -1,0 +1,78 @@
+"""The command line as a user runs it: real processes, a real sqlite instance in a temp DAGSTER_HOME."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from nemotron_assets_tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    env = dict(os.environ, DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(tmp_path / "data"),
+               NEMOTRON_BLENDS_DIR=str(REPO / "blends"), HF_HUB_OFFLINE="1")
+    return env
+
+
+def _run(args, env):
+    return subprocess.run([sys.executable, *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path):
+    done = _run(["-m", "nemotron_assets", "materialize", "sample", "--scale", "tiny"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    pretrain = tmp_path / "data" / "sample" / "pretrain"
+    assert json.loads((pretrain / "blend.json").read_text())["valid"][1] == "wiki_valid/shard_00000"
+    os.environ["DAGSTER_HOME"] = cli_env["DAGSTER_HOME"]
+    try:
+        with dg.DagsterInstance.get() as instance:
+            runs = instance.get_runs()
+            assert len(runs) == 3 and all(r.is_success for r in runs)
+            key = dg.AssetKey(["sample", "pretrain_shard"])
+            partitions = instance.get_materialized_partitions(key)
+            assert partitions == set(instance.get_dynamic_partitions("sample__pretrain_shards"))
+    finally:
+        del os.environ["DAGSTER_HOME"]
+
+    again = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "pretrain_shard",
+                  "--partition", "wiki/shard_00001"], cli_env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "wiki/shard_00001: up to date" in again.stderr
+
+
+def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
+    done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
+                 "--select", "sample/source_split", "--partition", "code"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "data" / "sample" / "sources" / "code" / "manifest.json").exists()
+    done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
+                 "--select", "sample/pretrain_shard", "--partition", "code/shard_00000"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "data" / "sample" / "pretrain" / "code" / "shard_00000.idx").exists()
+
+
+def test_unknown_blend_and_partition_fail_with_a_clear_message(cli_env):
+    done = _run(["-m", "nemotron_assets", "materialize", "nosuch"], cli_env)
+    assert done.returncode != 0 and "no blend 'nosuch'" in done.stderr and "sample" in done.stderr
+    done = _run(["-m", "nemotron_assets", "materialize", "sample", "--partition", "nosuch"], cli_env)
+    assert done.returncode != 0 and "unknown dataset 'nosuch'" in done.stderr
+
+
+def test_bad_blend_file_names_the_file_and_key(cli_env, tmp_path):
+    blends = tmp_path / "blends"
+    blends.mkdir()
+    (blends / "broken.yaml").write_text("datasets:\n  - {name: ../x, path: a.jsonl}\n")
+    done = _run(["-m", "nemotron_assets", "materialize", "broken"], dict(cli_env, NEMOTRON_BLENDS_DIR=str(blends)))
+    assert done.returncode != 0
+    assert "broken.yaml" in done.stderr and "'../x'" in done.stderr
