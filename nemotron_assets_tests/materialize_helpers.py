@@ -18,7 +18,8 @@ def pipeline_for(blend_file: Path, **overrides) -> tuple[Blend, PretrainAssets]:
 
 
 def run_asset(pipeline: PretrainAssets, asset, root: str, instance: dg.DagsterInstance,
-              partitions: list[str] | None = None, run_config: dict | None = None, raise_on_error: bool = True):
+              partitions: list[str] | None = None, run_config: dict | None = None, raise_on_error: bool = True,
+              s3_endpoint: str | None = None):
     """One run of ``asset`` (an assets definition or an AssetSelection) over a partition range."""
     tags = {}
     if partitions:
@@ -26,7 +27,7 @@ def run_asset(pipeline: PretrainAssets, asset, root: str, instance: dg.DagsterIn
     return dg.materialize(
         pipeline.definitions, selection=asset if isinstance(asset, dg.AssetSelection) else [asset.key],
         instance=instance, tags=tags,
-        resources={"storage": StorageResource(root=root)}, run_config=run_config or {},
+        resources={"storage": StorageResource(root=root, endpoint_url=s3_endpoint)}, run_config=run_config or {},
         raise_on_error=raise_on_error,
     )
 
