@@ -221,14 +221,14 @@ def blend_json(splits: dict[str, list[tuple[float, str]]]) -> dict[str, list[str
             for split, pairs in splits.items()}
 
 
-def data_path_args(splits: dict[str, list[tuple[float, str]]]) -> str:
-    """The same blend as Megatron-LM command-line arguments (``--train-data-path w p ...``)."""
-    if set(splits) == {"train"}:
-        flags = {"train": "--data-path"}
-    else:
-        flags = {s: f"--{s}-data-path" for s in splits}
+def data_path_args(splits: dict[str, list[tuple[float, str]]], flat: bool = False) -> str:
+    """The same blend as Megatron-LM arguments.
+
+    A flat blend (one ``datasets`` list) becomes ``--data-path w p ...``, which Megatron divides into
+    train/valid/test with ``--split``; a per-split blend becomes ``--train-data-path ...`` etc.
+    """
     parts = []
     for split, pairs in splits.items():
-        values = " ".join(f"{float(w)!r} {p}" for w, p in pairs)
-        parts.append(f"{flags[split]} {values}")
+        flag = "--data-path" if flat else f"--{split}-data-path"
+        parts.append(f"{flag} " + " ".join(f"{float(w)!r} {p}" for w, p in pairs))
     return "\n".join(parts) + "\n"

@@ -65,7 +65,8 @@ def build_blend_files(store: Storage, blend: Blend, manifests: dict[str, SourceM
     if not result.splits:
         raise ValueError(f"blend {blend.name!r}: no non-empty shard with weight > 0 to list")
     folder = pretrain_dir(blend.name)
-    result.outputs[f"{folder}/blend.json"] = (
-        json.dumps(megatron.blend_json(result.splits), indent=1) + "\n").encode()
-    result.outputs[f"{folder}/data_path.txt"] = megatron.data_path_args(result.splits).encode()
+    blend_json = json.dumps(megatron.blend_json(result.splits), indent=1) + "\n"
+    data_path = megatron.data_path_args(result.splits, flat=blend.datasets is not None)
+    result.outputs[f"{folder}/blend.json"] = blend_json.encode()
+    result.outputs[f"{folder}/data_path.txt"] = data_path.encode()
     return result

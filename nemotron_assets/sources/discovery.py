@@ -67,7 +67,12 @@ def matches_subset_split(relative: str, subset: str | None, split: str | None) -
     return True
 
 
-def _data_file(url: str, size: int, entry: DatasetEntry, fingerprint: str = "") -> SourceFile | None:
+def _data_file(url: str, size: int, entry: DatasetEntry, fingerprint: str = "",
+               single_file: bool = False) -> SourceFile | None:
+    """A SourceFile if ``url`` is data. A declared ``format`` reaches files with unknown suffixes only when
+    the path names that one file: in a folder, a README.md must not be read as JSONL."""
+    if not single_file and detect_format(url) is None:
+        return None
     detected = detect_format(url, entry.format)
     if detected is None:
         return None
@@ -86,7 +91,7 @@ def _resolve_local(entry: DatasetEntry, base_dir: Path) -> list[SourceFile]:
         candidates = list(path.rglob("*"))
         root = path
     elif path.is_file():
-        source = _data_file(str(path.resolve()), path.stat().st_size, entry)
+        source = _data_file(str(path.resolve()), path.stat().st_size, entry, single_file=True)
         if source is None:
             raise InputError(f"{path} is not a data file (.jsonl, .jsonl.gz, .jsonl.zst or .parquet); set "
                              "'format' in the blend entry if the suffix is unusual", dataset=entry.name,

@@ -24,6 +24,7 @@ from nemotron_assets.sources.files import SourceFile, open_decompressed, open_ra
 
 READ_CHUNK = 8 << 20
 DEFAULT_BATCH_BYTES = 8 << 20
+PARQUET_BATCH_ROWS = 4096
 
 # Reasons a row can be dropped with on_error="skip" (metadata keys, stable).
 MALFORMED_JSON = "malformed_json"
@@ -247,18 +248,31 @@ def _parquet_batches(source: SourceFile, row_start: int, row_end: int, options: 
             count = parquet.metadata.row_group(group).num_rows
             lo, hi = max(row_start, first), min(row_end, first + count)
             if lo < hi:
-                column = parquet.read_row_group(group, columns=[key]).column(0)
-                values = column.slice(lo - first, hi - lo).to_pylist()
-                stats.rows += len(values)
-                batch = []
-                for offset, text in enumerate(values):
-                    if text is None:
-                        _bad_row(options, stats, source, lo + offset, NON_STRING_TEXT, "null",
-                                 field_name=key, parquet=True)
-                        continue
-                    batch.append(text)
-                if batch:
-                    yield batch
+                yield from _parquet_group_texts(parquet, group, first, lo, hi, source, options, stats)
             first += count
             if first >= row_end:
                 break
+
+
+def _parquet_group_texts(parquet: pq.ParquetFile, group: int, first: int, lo: int, hi: int, source: SourceFile,
+                         options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
+    """Rows ``[lo, hi)`` of one row group (which starts at row ``first``), streamed in record batches."""
+    key = options.text_field
+    row = first
+    for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=[key]):
+        start, end = max(lo, row), min(hi, row + record_batch.num_rows)
+        if start < end:
+            values = record_batch.column(0).slice(start - row, end - start).to_pylist()
+            stats.rows += len(values)
+            batch = []
+            for offset, text in enumerate(values):
+                if text is None:
+                    _bad_row(options, stats, source, start + offset, NON_STRING_TEXT, "null", field_name=key,
+                             parquet=True)
+                    continue
+                batch.append(text)
+            if batch:
+                yield batch
+        row += record_batch.num_rows
+        if row >= hi:
+            break

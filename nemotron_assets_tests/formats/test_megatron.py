@@ -306,7 +306,8 @@ def test_data_path_args_one_flag_per_split_with_alternating_values():
 
 def test_data_path_args_train_only_is_a_single_weighted_list():
     text = data_path_args({"train": [(0.5, "a/s"), (0.25, "b/s")]})
-    assert len(text.splitlines()) == 1
-    flag, *values = text.split()
-    assert flag.startswith("--") and flag.endswith("data-path")
-    assert values == ["0.5", "a/s", "0.25", "b/s"]
+    assert text == "--train-data-path 0.5 a/s 0.25 b/s\n"
+
+
+def test_data_path_args_of_a_flat_blend_is_megatrons_data_path():
+    assert data_path_args({"train": [(1, "a/s")]}, flat=True) == "--data-path 1.0 a/s\n"

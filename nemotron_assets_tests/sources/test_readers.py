@@ -528,3 +528,25 @@ def test_manifest_uses_the_entry_text_field(tmp_path):
     texts = [t for i in range(len(manifest.shards))
              for batch in iter_shard_texts(manifest, i, options, ReadStats()) for t in batch]
     assert texts == TEXTS[:4]
+
+
+def test_declared_format_applies_to_a_named_file_but_not_to_stray_files_in_a_folder(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "part.jsonl").write_text('{"text": "a"}\n')
+    (folder / "README.md").write_text("# not data\n")
+    (folder / "dump.txt").write_text('{"text": "b"}\n')
+    in_folder = resolve_files(DatasetEntry(name="d", path=str(folder), format="jsonl"), tmp_path).files
+    assert [Path(f.url).name for f in in_folder] == ["part.jsonl"]
+    named = resolve_files(DatasetEntry(name="d", path=str(folder / "dump.txt"), format="jsonl"), tmp_path).files
+    assert [(Path(f.url).name, f.format) for f in named] == [("dump.txt", "jsonl")]
+
+
+def test_parquet_row_ranges_stream_across_record_batches(tmp_path):
+    path = tmp_path / "big.parquet"
+    texts = [f"row {i}" for i in range(10_000)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=6000)
+    source = SourceFile(str(path), path.stat().st_size, "parquet", None, 10_000)
+    options = ReadOptions(dataset="big")
+    got = [t for batch in iter_text_batches(source, 4095, 8193, options, ReadStats()) for t in batch]
+    assert got == texts[4095:8193]
