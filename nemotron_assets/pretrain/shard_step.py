@@ -18,6 +18,7 @@ from nemotron_assets.formats.megatron import DType, dtype_for_vocab
 from nemotron_assets.layout import ShardKey, shard_prefix
 from nemotron_assets.pretrain.build import BackendMismatch, ShardStats, build_shard
 from nemotron_assets.sources.manifest import SourceManifest, iter_shard_texts, read_options
+from nemotron_assets.sources.prefetch import prefetch
 from nemotron_assets.sources.readers import ReadStats
 from nemotron_assets.storage import Storage
 from nemotron_assets.tokenize.documents import LoadedTokenizer
@@ -105,7 +106,7 @@ def _build_with_fallback(blend, manifest, key, tokenizer, dtype, staged, progres
     options = read_options(blend, blend.entry(key.dataset))
     for attempt in (1, 2):
         read = ReadStats()
-        batches = iter_shard_texts(manifest, key.index, options, read)
+        batches = prefetch(iter_shard_texts(manifest, key.index, options, read))
         try:
             stats = build_shard(batches, tokenizer, dtype, staged, progress=progress)
             stats.rows = read.rows

@@ -1,21 +1,20 @@
 """Resolve ``hf://org/repo[/sub/folder]`` to the exact files of one subset and split, pinned to a commit.
 
-Everything goes through huggingface_hub's own ``snapshot_download`` and cache
-(``$HF_HUB_CACHE/datasets--org--repo/{refs/<branch>, snapshots/<sha>/<path>, blobs/}``), so the same code
-works online and, with ``HF_HUB_OFFLINE=1``, from the local cache alone:
+Everything goes through huggingface_hub's ``snapshot_download`` and its cache (``$HF_HUB_CACHE/datasets--org--repo/
+{refs/<branch>, snapshots/<sha>/<path>, blobs/}``), so the same code works online and, with ``HF_HUB_OFFLINE=1``,
+from the local cache alone:
 
-1. Fetch ``README.md`` at ``entry.revision`` (default ``main``). The snapshot folder is named by the commit
-   sha, which pins the revision for everything after it (``Resolution.revision``).
-2. Choose the files. If the README's YAML front matter has a ``configs:`` entry whose ``config_name`` equals
-   the subset, its ``data_files`` decide (``[{split, path}]``, a ``{split: glob}`` mapping, or a bare glob or
-   list of globs, which is the ``train`` split as in ``datasets``; globs are relative to the repo, ``*`` stays
-   within a folder), or its ``data_dir`` narrows the folder. Otherwise ``matches_subset_split`` matches whole
-   path segments below the repo (or sub folder): ``4plus`` never matches ``4plus_MIND/``.
-3. Fetch a superset of those files at the pinned sha (``allow_patterns`` use fnmatch, whose ``*`` crosses
-   folders), then select exactly from the snapshot's listing, sorted by repo-relative path.
+1. Fetch ``README.md`` at ``entry.revision`` (default ``main``). The snapshot folder is named by the commit sha,
+   which pins the revision for everything after it (``Resolution.revision``).
+2. Choose the files. A README ``configs:`` entry whose ``config_name`` equals the subset decides with its
+   ``data_files`` (``[{split, path}]``, ``{split: glob}``, or a glob or list of globs = the ``train`` split, as in
+   ``datasets``; repo-relative, ``*`` stays within a folder) or its ``data_dir``. Otherwise ``matches_subset_split``
+   matches whole path segments below the repo (or sub folder): ``4plus`` never matches ``4plus_MIND/``.
+3. Fetch a superset of those at the pinned sha (``allow_patterns`` are fnmatch: ``*`` crosses folders), then select
+   exactly from the snapshot's listing, sorted by repo-relative path.
 
-A file's url is its absolute path in the cache, and its fingerprint ``hf:<repo>@<sha>:<path>``: the commit
-fixes the content, so nothing needs hashing to know whether the input changed.
+A file's url is its absolute path in the cache; its fingerprint ``hf:<repo>@<sha>:<path>`` needs no hashing, since
+the commit fixes the content.
 """
 
 import re
@@ -45,7 +44,7 @@ def resolve_hf(entry: DatasetEntry) -> Resolution:
     config = _configs(entry, snapshot).get(entry.subset) if entry.subset else None
     globs = _split_globs(entry, config) if config else None
     regexes = [re.compile(glob_translate(g)) for g in globs or []]
-    base = prefix + (f"{config['data_dir'].strip('/')}/" if config and config.get("data_dir") else "")
+    base = prefix + (f"{str(config['data_dir']).strip('/')}/" if config and config.get("data_dir") else "")
     subset = None if config else entry.subset  # a config's files are its subset
 
     def selected(rel: str) -> bool:
@@ -65,7 +64,7 @@ def resolve_hf(entry: DatasetEntry) -> Resolution:
                                 compression=detected[1], fingerprint=f"hf:{repo}@{sha}:{rel}"))
     if not files:
         data = [rel for rel, _ in candidates if rel.startswith(prefix) and detect_format(rel, entry.format)]
-        raise _nothing_selected(entry, repo, sha, prefix, data, globs)
+        raise _nothing_selected(entry, repo, sha, prefix, data, globs, subset)
     return Resolution(files, revision=sha)
 
 
@@ -101,7 +100,7 @@ def _download(entry: DatasetEntry, repo: str, revision: str | None, patterns: li
 def _configs(entry: DatasetEntry, snapshot: Path) -> dict[str, dict]:
     """``config_name`` -> config from the README's YAML front matter (empty without a README or configs)."""
     readme = snapshot / README
-    match = FRONT_MATTER.match(readme.read_text(encoding="utf-8")) if readme.is_file() else None
+    match = FRONT_MATTER.match(readme.read_text(encoding="utf-8", errors="replace")) if readme.is_file() else None
     if match is None:
         return {}
     try:
@@ -118,18 +117,17 @@ def _split_globs(entry: DatasetEntry, config: dict) -> list[str] | None:
     data_files = config.get("data_files")
     if data_files is None:
         return None
-    as_list = lambda value: [value] if isinstance(value, str) else list(value)  # noqa: E731
     if isinstance(data_files, dict):
-        by_split = {str(k): as_list(v) for k, v in data_files.items()}
+        by_split = {str(k): _as_list(v) for k, v in data_files.items()}
     elif isinstance(data_files, str) or all(isinstance(item, str) for item in data_files):
-        by_split = {"train": as_list(data_files)}
+        by_split = {"train": _as_list(data_files)}
     else:
         by_split = {}
         for item in data_files:
             if not (isinstance(item, dict) and "split" in item and "path" in item):
                 raise _error(entry, "subset", f"README config {entry.subset!r}: data_files item {item!r} needs "
                                               "'split' and 'path'")
-            by_split.setdefault(str(item["split"]), []).extend(as_list(item["path"]))
+            by_split.setdefault(str(item["split"]), []).extend(_as_list(item["path"]))
     if entry.split is not None and entry.split not in by_split:
         raise _error(entry, "split", f"README config {entry.subset!r} has no split {entry.split!r} (its splits: "
                                      f"{', '.join(by_split)})")
@@ -138,7 +136,7 @@ def _split_globs(entry: DatasetEntry, config: dict) -> list[str] | None:
 
 
 def _nothing_selected(entry: DatasetEntry, repo: str, sha: str, prefix: str, data: list[str],
-                      globs: list[str] | None) -> InputError:
+                      globs: list[str] | None, subset: str | None) -> InputError:
     where = f"{repo}@{sha[:12]}" + (f" under {prefix}" if prefix else "")
     if globs is not None:
         field = "split" if entry.split is not None else "subset"
@@ -146,13 +144,17 @@ def _nothing_selected(entry: DatasetEntry, repo: str, sha: str, prefix: str, dat
                                     f"{where}")
     below = [rel[len(prefix):] for rel in data]
     folders = sorted({rel.split("/")[0] for rel in below if "/" in rel})
-    if entry.subset is not None and not any(matches_subset_split(rel, entry.subset, None) for rel in below):
-        return _error(entry, "subset", f"no folder named exactly {entry.subset!r} holds data files in {where} "
+    if subset is not None and not any(matches_subset_split(rel, subset, None) for rel in below):
+        return _error(entry, "subset", f"no folder named exactly {subset!r} holds data files in {where} "
                                        f"(folders in the local snapshot: {', '.join(folders) or 'none'})")
     if entry.split is not None:
         return _error(entry, "split", f"no data files of split {entry.split!r} in {where}: a split matches a "
                                       f"folder {entry.split}/ or a file {entry.split}.* / {entry.split}-*")
     return _error(entry, "path", f"no data files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet) in {where}")
+
+
+def _as_list(value: str | list) -> list:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _error(entry: DatasetEntry, field: str, reason: str) -> InputError:

@@ -159,6 +159,13 @@ def test_config_data_dir_narrows_the_folder_and_split_matches_stems(web):
     assert relpaths(web, resolution.files) == ["raw/validation.jsonl"]
 
 
+def test_config_data_dir_without_the_split_names_the_split_field(web):
+    with pytest.raises(InputError) as caught:
+        resolve_hf(entry("hf://acme/web", subset="by_dir", split="test"))
+    assert caught.value.field == "split"
+    assert f"no data files of split 'test' in acme/web@{web.sha[:12]} under raw/" in str(caught.value)
+
+
 def test_config_without_the_split_names_the_split_field(web):
     with pytest.raises(InputError) as caught:
         resolve_hf(entry("hf://acme/web", subset="flat", split="validation"))
