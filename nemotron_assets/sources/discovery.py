@@ -71,9 +71,7 @@ def _data_file(url: str, size: int, entry: DatasetEntry, fingerprint: str = "",
                single_file: bool = False) -> SourceFile | None:
     """A SourceFile if ``url`` is data. A declared ``format`` reaches files with unknown suffixes only when
     the path names that one file: in a folder, a README.md must not be read as JSONL."""
-    if not single_file and detect_format(url) is None:
-        return None
-    detected = detect_format(url, entry.format)
+    detected = detect_format(url, entry.format, any_suffix=single_file)
     if detected is None:
         return None
     fmt, compression = detected

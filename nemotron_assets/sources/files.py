@@ -14,7 +14,7 @@ from typing import BinaryIO
 import zstandard
 
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
 
 @dataclass(frozen=True)
@@ -30,19 +30,25 @@ class SourceFile:
         return asdict(self)
 
 
-def detect_format(name: str, declared: str | None = None) -> tuple[str, str | None] | None:
-    """``(format, compression)`` from the file name (``x.jsonl.zst`` -> jsonl, zstd); None if not data."""
+def detect_format(name: str, declared: str | None = None, any_suffix: bool = False) -> tuple[str, str | None] | None:
+    """``(format, compression)`` from the file name (``x.jsonl.zst`` -> jsonl, zstd); None if not data.
+
+    ``.json`` is data only when the entry declares ``format: jsonl`` (HF repos keep metadata in .json files);
+    any other suffix only when ``any_suffix`` (the blend names that one file) and a format is declared.
+    """
     suffixes = [s.lower() for s in PurePosixPath(name).suffixes]
     compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
     if compression:
         suffixes = suffixes[:-1]
-    fmt = FORMATS.get(suffixes[-1]) if suffixes else None
-    if fmt is None:
-        if declared is None:
-            return None
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix in FORMATS:
+        fmt = declared or FORMATS[suffix]
+    elif suffix == ".json" and declared == "jsonl":
+        fmt = "jsonl"
+    elif any_suffix and declared is not None:
         fmt = declared
-    elif declared is not None and declared != fmt:
-        fmt = declared
+    else:
+        return None
     if fmt == "parquet" and compression:
         return None  # parquet compresses internally; a .parquet.gz is not readable as parquet
     return fmt, compression

@@ -8,8 +8,9 @@ from the local cache alone:
    which pins the revision for everything after it (``Resolution.revision``).
 2. Choose the files. A README ``configs:`` entry whose ``config_name`` equals the subset decides with its
    ``data_files`` (``[{split, path}]``, ``{split: glob}``, or a glob or list of globs = the ``train`` split, as in
-   ``datasets``; repo-relative, ``*`` stays within a folder) or its ``data_dir``. Otherwise ``matches_subset_split``
-   matches whole path segments below the repo (or sub folder): ``4plus`` never matches ``4plus_MIND/``.
+   ``datasets``; relative to the repo or its ``data_dir``; ``*`` stays within a folder) or its ``data_dir`` alone.
+   Otherwise ``matches_subset_split`` matches whole path segments below the repo (or sub folder): ``4plus`` never
+   matches ``4plus_MIND/``. A sub folder in the path always narrows the selection.
 3. Fetch a superset of those at the pinned sha (``allow_patterns`` are fnmatch: ``*`` crosses folders), then select
    exactly from the snapshot's listing, sorted by repo-relative path.
 
@@ -42,17 +43,22 @@ def resolve_hf(entry: DatasetEntry) -> Resolution:
     snapshot = _download(entry, repo, entry.revision, [README])
     sha = snapshot.name
     config = _configs(entry, snapshot).get(entry.subset) if entry.subset else None
-    globs = _split_globs(entry, config) if config else None
+    data_dir = f"{str(config['data_dir']).strip('/')}/" if config and config.get("data_dir") else ""
+    found = _split_globs(entry, config) if config else None
+    globs = None if found is None else [data_dir + glob for glob in found]  # data_files are below data_dir
     regexes = [re.compile(glob_translate(g)) for g in globs or []]
-    base = prefix + (f"{str(config['data_dir']).strip('/')}/" if config and config.get("data_dir") else "")
+    base = data_dir if config else prefix  # config paths are repo-relative; a sub folder only filters
     subset = None if config else entry.subset  # a config's files are its subset
+    folder = max(prefix, base, key=len)  # the narrower of the two (they nest, or nothing is selected)
 
     def selected(rel: str) -> bool:
+        if not (rel.startswith(prefix) and rel.startswith(base)):
+            return False
         if globs is not None:
-            return rel.startswith(prefix) and any(r.match(rel) for r in regexes)
-        return rel.startswith(base) and matches_subset_split(rel[len(base):], subset, entry.split)
+            return any(r.match(rel) for r in regexes)
+        return matches_subset_split(rel[len(base):], subset, entry.split)
 
-    patterns = globs if globs is not None else [f"{base}*{subset}/*" if subset else f"{base}*"]
+    patterns = globs if globs is not None else [f"{folder}*{subset}/*" if subset else f"{folder}*"]
     snapshot = _download(entry, repo, sha, patterns)
     candidates = sorted((p.relative_to(snapshot).as_posix(), p) for p in snapshot.rglob("*") if p.is_file())
     files = []
@@ -63,8 +69,8 @@ def resolve_hf(entry: DatasetEntry) -> Resolution:
         files.append(SourceFile(url=str(path.absolute()), size=path.stat().st_size, format=detected[0],
                                 compression=detected[1], fingerprint=f"hf:{repo}@{sha}:{rel}"))
     if not files:
-        data = [rel for rel, _ in candidates if rel.startswith(prefix) and detect_format(rel, entry.format)]
-        raise _nothing_selected(entry, repo, sha, prefix, data, globs, subset)
+        data = [rel for rel, _ in candidates if rel.startswith(folder) and detect_format(rel, entry.format)]
+        raise _nothing_selected(entry, repo, sha, folder, data, globs, subset)
     return Resolution(files, revision=sha)
 
 
@@ -135,14 +141,14 @@ def _split_globs(entry: DatasetEntry, config: dict) -> list[str] | None:
     return [str(glob).lstrip("/") for globs in chosen for glob in globs]
 
 
-def _nothing_selected(entry: DatasetEntry, repo: str, sha: str, prefix: str, data: list[str],
+def _nothing_selected(entry: DatasetEntry, repo: str, sha: str, folder: str, data: list[str],
                       globs: list[str] | None, subset: str | None) -> InputError:
-    where = f"{repo}@{sha[:12]}" + (f" under {prefix}" if prefix else "")
+    where = f"{repo}@{sha[:12]}" + (f" under {folder}" if folder else "")
     if globs is not None:
         field = "split" if entry.split is not None else "subset"
         return _error(entry, field, f"README config {entry.subset!r} data_files {globs} match no data files in "
                                     f"{where}")
-    below = [rel[len(prefix):] for rel in data]
+    below = [rel[len(folder):] for rel in data]
     folders = sorted({rel.split("/")[0] for rel in below if "/" in rel})
     if subset is not None and not any(matches_subset_split(rel, subset, None) for rel in below):
         return _error(entry, "subset", f"no folder named exactly {subset!r} holds data files in {where} "

@@ -48,6 +48,11 @@ configs:
   data_files: "extra/*.jsonl"
 - config_name: by_dir
   data_dir: raw
+- config_name: raw_validation
+  data_dir: raw
+  data_files:
+  - split: validation
+    path: "validation.*"
 ---
 # Web
 """
@@ -156,6 +161,11 @@ def test_config_glob_string_is_the_train_split_and_star_stays_in_its_folder(web)
 
 def test_config_data_dir_narrows_the_folder_and_split_matches_stems(web):
     resolution = resolve_hf(entry("hf://acme/web", subset="by_dir", split="validation"))
+    assert relpaths(web, resolution.files) == ["raw/validation.jsonl"]
+
+
+def test_config_data_files_are_relative_to_its_data_dir(web):
+    resolution = resolve_hf(entry("hf://acme/web", subset="raw_validation"))
     assert relpaths(web, resolution.files) == ["raw/validation.jsonl"]
 
 

@@ -340,10 +340,15 @@ def test_corrupt_parquet_raises_naming_the_file(tmp_path):
      ("a.JSONL.ZST", None, ("jsonl", "zstd")), ("part.v2.parquet", None, ("parquet", None)),
      ("train-00000-of-00002.parquet", None, ("parquet", None)), ("README.md", None, None),
      ("a.txt", None, None), ("a.gz", None, None), ("a.parquet.gz", None, None),
-     ("data.bin", "jsonl", ("jsonl", None)), ("data.gz", "jsonl", ("jsonl", "gzip"))],
+     ("meta.json", None, None), ("train.json", "jsonl", ("jsonl", None)), ("data.bin", "jsonl", None)],
 )
 def test_detect_format(name, declared, expected):
     assert detect_format(name, declared) == expected
+
+
+@pytest.mark.parametrize(("name", "expected"), [("data.bin", ("jsonl", None)), ("data.gz", ("jsonl", "gzip"))])
+def test_a_declared_format_applies_to_any_suffix_of_a_named_file(name, expected):
+    assert detect_format(name, "jsonl", any_suffix=True) == expected
 
 
 # --- discovery (local) ---------------------------------------------------------------------------------------
