@@ -4,6 +4,7 @@ Load it with ``dagster dev -w workspace.yaml`` or ``dagster asset materialize -m
 Storage is local disk or S3, picked by ``NEMOTRON_DATA_ROOT`` alone.
 """
 
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -12,6 +13,11 @@ from nemotron_assets import settings
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
 from nemotron_assets.blend import discover_blends
 from nemotron_assets.resources.storage import StorageResource
+
+# We rely on BackfillPolicy (beta) and partitioned asset checks (preview) on purpose, with dagster pinned; the
+# warnings would repeat for every asset of every blend on every load.
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 
 def pretrain_pipelines(blends_dir: Path) -> dict[str, PretrainAssets]:

@@ -40,6 +40,10 @@ class LoadedTokenizer:
             self.reference = Tokenizer.from_str(text)
         except Exception as exc:  # tokenizers raises a bare Exception on a malformed tokenizer.json
             raise InputError(f"not a valid tokenizer.json: {exc}", path=str(files.tokenizer_json)) from None
+        # A tokenizer.json may carry padding/truncation settings (sentence-transformers models pad to 128);
+        # transformers, and so Megatron, ignores them unless asked, so the reference must too.
+        self.reference.no_padding()
+        self.reference.no_truncation()
         self.vocab_size = self.reference.get_vocab_size(with_added_tokens=True)
         self.eod_id = self._eod_id() if options.add_eos else None
         self.bos_id = self._token_id(files.bos_token, "bos_token") if options.add_bos else None

@@ -48,6 +48,8 @@ class FastokensEncoder:
         import fastokens
 
         self.tokenizer = fastokens.Tokenizer.from_json_str(tokenizer_json_text)
+        self.tokenizer.no_padding()  # as the reference: transformers ignores tokenizer.json padding/truncation
+        self.tokenizer.no_truncation()
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         ids, offsets = self.tokenizer.encode_batch_flat(list(texts), add_special_tokens=True)

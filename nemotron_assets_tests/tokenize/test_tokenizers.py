@@ -474,3 +474,17 @@ def test_golden_bytes_of_a_tiny_word_level_shard(tmp_path):
     assert (tmp_path / "golden.idx").read_bytes() == idx_bytes
     assert (stats.documents, stats.empty_documents, stats.tokens) == (4, 1, 9)
     assert (stats.bin_bytes, stats.idx_bytes) == (18, 110)
+
+
+@pytest.mark.parametrize("backend", ["hf", "auto"])
+def test_padding_and_truncation_saved_in_tokenizer_json_are_ignored_like_transformers_does(tmp_path, backend):
+    # sentence-transformers tokenizers ship "padding": {..."length": 128} in tokenizer.json; transformers (and
+    # so Megatron) does not pad, and neither may we.
+    tokenizer = word_level()
+    tokenizer.enable_padding(length=8, pad_id=0, pad_token="<eos>")
+    tokenizer.enable_truncation(max_length=2)
+    folder = tmp_path / "padded"
+    save(tokenizer, folder, eos_token="<eos>")
+    loaded = LoadedTokenizer(locate_tokenizer(str(folder)), DocumentOptions(backend=backend))
+    ids, lengths = loaded.documents(["a b c", "b"])
+    assert split(ids, lengths) == [[1, 2, 3, 0], [2, 0]]
