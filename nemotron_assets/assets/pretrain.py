@@ -247,6 +247,8 @@ def _shard_metadata(status: str, receipt: dict, prefix_url: str) -> dict:
         "empty_documents": dg.MetadataValue.int(stats["empty_documents"]),
         "tokens": dg.MetadataValue.int(stats["tokens"]),
         "dropped_by_reason": dg.MetadataValue.json(stats["dropped"]),
+        "dropped_examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in stats.get("dropped_examples", []))
+                                                or "none"),
         "bin_bytes": dg.MetadataValue.int(stats["bin_bytes"]),
         "idx_bytes": dg.MetadataValue.int(stats["idx_bytes"]),
         "bin_sha256": dg.MetadataValue.text(stats["bin_sha256"]),

@@ -93,6 +93,10 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
                        for r in manifest.shards[key.index].ranges],
         }
         receipt["stats"]["dropped"] = dict(read.dropped)
+        receipt["stats"]["dropped_examples"] = list(read.examples)
+        if read.dropped:
+            log(f"{key}: skipped {sum(read.dropped.values()):,} bad row(s) "
+                f"({', '.join(f'{k}: {v:,}' for k, v in sorted(read.dropped.items()))}); first: {read.examples[0]}")
         storage.delete(f"{prefix}.json")
         storage.delete(f"{prefix}.idx")
         storage.commit(folder / "shard.bin", f"{prefix}.bin")

@@ -25,6 +25,7 @@ from nemotron_assets.sources.files import SourceFile, open_decompressed, open_ra
 READ_CHUNK = 8 << 20
 DEFAULT_BATCH_BYTES = 8 << 20
 PARQUET_BATCH_ROWS = 4096
+MAX_EXAMPLES = 5
 
 # Reasons a row can be dropped with on_error="skip" (metadata keys, stable).
 MALFORMED_JSON = "malformed_json"
@@ -38,10 +39,12 @@ NON_STRING_TEXT = "non_string_text"
 class ReadStats:
     rows: int = 0
     dropped: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)  # where the first skipped rows were, and why
 
     def merge(self, other: "ReadStats") -> None:
         self.rows += other.rows
         self.dropped.update(other.dropped)
+        self.examples.extend(other.examples[: MAX_EXAMPLES - len(self.examples)])
 
 
 @dataclass(frozen=True)
@@ -214,13 +217,14 @@ def _json_type(value: object) -> str:
 
 def _bad_row(options: ReadOptions, stats: ReadStats, source: SourceFile, row: int, reason: str,
              message: str, field_name: str | None = None, parquet: bool = False) -> None:
-    """Raise, or count the row under ``reason`` when on_error is skip."""
-    if options.on_error == "skip":
-        stats.dropped[reason] += 1
-        return
-    if parquet:
-        raise InputError(message, dataset=options.dataset, path=source.url, row=row, field=field_name)
-    raise InputError(message, dataset=options.dataset, path=source.url, line=row + 1, field=field_name)
+    """Raise, or count the row under ``reason`` (keeping the first few locations) when on_error is skip."""
+    where = {"row": row} if parquet else {"line": row + 1}
+    error = InputError(message, dataset=options.dataset, path=source.url, field=field_name, **where)
+    if options.on_error != "skip":
+        raise error
+    stats.dropped[reason] += 1
+    if len(stats.examples) < MAX_EXAMPLES:
+        stats.examples.append(str(error))
 
 
 def _is_string_type(column_type: pa.DataType) -> bool:

@@ -171,6 +171,7 @@ def test_on_error_skip_counts_dropped_rows_in_the_metadata(tmp_path, sample_blen
         limit=1).records[0]
     metadata = record.asset_materialization.metadata
     assert metadata["dropped_by_reason"].value == {"malformed_json": 1}
+    assert "part-00000.jsonl:3" in metadata["dropped_examples"].value
     assert metadata["documents"].value == metadata["rows"].value - 1
 
 
