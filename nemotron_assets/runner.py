@@ -81,7 +81,10 @@ def _first_error(result) -> str:
             error = event.step_failure_data.error
             while error.cause is not None and error.cls_name in ("DagsterExecutionStepExecutionError",):
                 error = error.cause
-            return f"{event.step_key}: {error.message.strip()}"
+            message = error.message.strip()
+            if error.cls_name == "Failure":  # our own located message; the class path adds nothing
+                message = message.split(": ", 1)[-1]
+            return f"{event.step_key}: {message}"
         if event.is_run_failure and event.message:
             return event.message
     return "the run failed (see the run's logs in the Dagster UI)"

@@ -76,3 +76,15 @@ def test_bad_blend_file_names_the_file_and_key(cli_env, tmp_path):
     done = _run(["-m", "nemotron_assets", "materialize", "broken"], dict(cli_env, NEMOTRON_BLENDS_DIR=str(blends)))
     assert done.returncode != 0
     assert "broken.yaml" in done.stderr and "'../x'" in done.stderr
+
+
+def test_bad_line_fails_once_with_the_located_message_and_exit_status_1(cli_env, tmp_path):
+    blends = tmp_path / "blends"
+    blends.mkdir()
+    (blends / "bad.jsonl").write_text('{"text": "ok"}\n{"text": "broken\n')
+    (blends / "bad.yaml").write_text("datasets:\n  - {name: bad, path: bad.jsonl}\n")
+    done = _run(["-m", "nemotron_assets", "materialize", "bad"], dict(cli_env, NEMOTRON_BLENDS_DIR=str(blends)))
+    assert done.returncode == 1
+    assert f"FAILED: bad__pretrain_shard: dataset 'bad': {blends / 'bad.jsonl'}:2: malformed JSON" in done.stderr
+    assert "RETRY" not in done.stderr  # bad input is not retried
+    assert not list((tmp_path / "data" / "bad" / "pretrain").rglob("shard_*"))

@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from nemotron_assets.assets.reporting import emit_partition_results, histogram_markdown
+from nemotron_assets.assets.reporting import bad_input_fails_without_retry, emit_partition_results, histogram_markdown
 from nemotron_assets.blend import Blend
 from nemotron_assets.formats import megatron
 from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir
@@ -93,7 +93,8 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
         store = storage.get()
         per_partition = {}
         for dataset in context.partition_keys:
-            manifest = build_manifest(blend, blend.entry(dataset), base_dir, max_rows=max_rows)
+            with bad_input_fails_without_retry():
+                manifest = build_manifest(blend, blend.entry(dataset), base_dir, max_rows=max_rows)
             store.write_bytes(manifest_path(name, dataset), manifest.to_bytes())
             _register_shards(context.instance, shard_partitions.name, manifest)
             context.log.info(f"{dataset}: {len(manifest.files)} file(s), {manifest.total_rows:,} rows, "
@@ -112,8 +113,9 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
     )
     def pretrain_shard(context: dg.AssetExecutionContext, config: ShardConfig, storage: StorageResource):
         store = storage.get()
-        tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision,
-                                     document_options(blend, config.tokenizer_backend))
+        with bad_input_fails_without_retry():
+            tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision,
+                                         document_options(blend, config.tokenizer_backend))
         context.log.info(f"tokenizer {blend.tokenizer_model}: vocab {tokenizer.vocab_size:,}, "
                          f"backend {tokenizer.backend} ({tokenizer.backend_reason})")
         manifests: dict[str, SourceManifest] = {}
@@ -126,8 +128,9 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
             if key.index >= len(manifest.shards):
                 raise ValueError(f"{partition}: the current plan of {key.dataset!r} has only "
                                  f"{len(manifest.shards)} shard(s); re-materialize its source_split")
-            outcome = materialize_shard(store, blend, manifest, key, tokenizer, force=config.force,
-                                        log=context.log.info)
+            with bad_input_fails_without_retry():
+                outcome = materialize_shard(store, blend, manifest, key, tokenizer, force=config.force,
+                                            log=context.log.info)
             stats = outcome.receipt["stats"]
             context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, "
                              f"{stats['tokens']:,} tokens")

@@ -6,9 +6,12 @@ partition with that partition's own metadata; the latest event per partition (wh
 detailed one. A single-partition run reports its metadata directly.
 """
 
+import contextlib
 from collections.abc import Iterator, Mapping
 
 import dagster as dg
+
+from nemotron_assets.errors import InputError
 
 _BAR_WIDTH = 30
 
@@ -37,3 +40,16 @@ def histogram_markdown(counts: list[int], title: str = "Document length (tokens)
         bar = "█" * max(1 if counts[i] else 0, round(_BAR_WIDTH * counts[i] / top))
         rows.append(f"| {label} | {counts[i]:,} | {bar} |")
     return "\n".join(rows)
+
+
+@contextlib.contextmanager
+def bad_input_fails_without_retry() -> Iterator[None]:
+    """Bad input will be just as bad on a retry: fail the step at once with the located message.
+
+    Retries (the shard asset's RetryPolicy) are for transient trouble such as a storage endpoint that drops
+    a connection; an ``InputError`` names the dataset, file, line and field and ends the step.
+    """
+    try:
+        yield
+    except InputError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
