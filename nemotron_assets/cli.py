@@ -2,10 +2,15 @@
 
     materialize BLEND [--select ASSETS] [--partition KEY] [--scale tiny|small|full] [--max-rows N]
                       [--force] [--tokenizer-backend auto|hf|fastokens] [--shards-per-run N]
+    status [BLEND] [--json]
+    verify BLEND
 
-materializes a whole blend, or the selected assets / one partition of it, as real Dagster runs in the
-instance of ``DAGSTER_HOME`` (default: this checkout's ``dagster_home/``): first the source splits (they
+``materialize`` builds a whole blend, or the selected assets / one partition of it, as real Dagster runs in
+the instance of ``DAGSTER_HOME`` (default: this checkout's ``dagster_home/``): first the source splits (they
 plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend.
+``status`` shows per dataset the shards planned / done / missing / failed, tokens, rows and where the files
+are; ``verify`` re-checks every shard's files and checksums and blend.json, printing one line per problem
+(file: why) and exiting 1 if there is any.
 """
 
 import argparse
@@ -37,11 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--shards-per-run", type=int, default=None,
                      help="partitions per Dagster run (default: the asset's backfill policy, 16)")
     mat.add_argument("--log-level", default="INFO", help="Dagster console log level (default INFO)")
+    stat = commands.add_parser("status", help="shards planned / done / missing / failed, tokens, rows per dataset")
+    stat.add_argument("blend", nargs="?", default=None, help="blend name (default: every blend)")
+    stat.add_argument("--json", action="store_true", help="machine-readable output")
+    ver = commands.add_parser("verify", help="re-check every shard's files and checksums, and blend.json")
+    ver.add_argument("blend", help="blend name (file stem in the blends folder)")
     args = parser.parse_args(argv)
     from nemotron_assets.errors import InputError
 
+    command = {"materialize": materialize, "status": show_status, "verify": verify}[args.command]
     try:
-        return materialize(args)
+        return command(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -113,6 +124,49 @@ def materialize(args: argparse.Namespace) -> int:
     print(f"{'done' if ok else 'FAILED'}: {len(outcomes)} run(s) in {time.monotonic() - started:.1f} s; "
           f"outputs under {settings.data_root()}/{blend_name}/", file=sys.stderr)
     return 0 if ok else 1
+
+
+def show_status(args: argparse.Namespace) -> int:
+    from nemotron_assets.status import collect_status, format_status, status_json
+
+    blends = _blends(args.blend)
+    with _instance() as instance:
+        reports = [collect_status(instance, _storage(), blend, path) for path, blend in blends]
+    print(status_json(reports) if args.json else "\n\n".join(format_status(r) for r in reports))
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    from nemotron_assets.status import collect_problems
+
+    [(path, blend)] = _blends(args.blend)
+    with _instance() as instance:
+        problems = collect_problems(instance, _storage(), blend, path)
+    for problem in problems:
+        print(problem)
+    print(f"{blend.name}: {len(problems)} problem(s)" if problems else f"{blend.name}: every output verified",
+          file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _blends(name: str | None) -> list:
+    """(file, Blend) of the named blend, or of every blend when no name is given."""
+    from nemotron_assets.blend import discover_blends
+
+    blends = discover_blends(settings.blends_dir())
+    if name is None:
+        return blends
+    chosen = [(path, blend) for path, blend in blends if blend.name == name]
+    if not chosen:
+        known = ", ".join(blend.name for _, blend in blends) or "none"
+        raise SystemExit(f"no blend {name!r} in {settings.blends_dir()} (blends: {known})")
+    return chosen
+
+
+def _storage():
+    from nemotron_assets.storage import Storage
+
+    return Storage(settings.data_root(), endpoint_url=settings.s3_endpoint_url())
 
 
 def _selection(select: str | None, partition: str | None) -> list[str]:

@@ -19,12 +19,13 @@ from pydantic import Field
 from nemotron_assets.assets.reporting import bad_input_fails_without_retry, emit_partition_results, histogram_markdown
 from nemotron_assets.blend import Blend
 from nemotron_assets.formats import megatron
-from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir
+from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.shard_step import materialize_shard
 from nemotron_assets.pretrain.verify import verify_shard
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.sources.manifest import SCALES, SourceManifest, build_manifest
+from nemotron_assets.storage import Storage
 from nemotron_assets.tokenize.documents import DocumentOptions, cached_tokenizer
 
 SHARDS_PER_RUN = 16
@@ -58,12 +59,12 @@ class PretrainAssets:
         return [self.source_split, self.pretrain_shard, self.megatron_blend, self.shard_checks]
 
 
-def load_manifest(storage: StorageResource, blend: Blend, dataset: str) -> SourceManifest:
-    store = storage.get()
+def load_manifest(store: Storage, blend: Blend, dataset: str) -> SourceManifest:
+    """The dataset's current manifest; a missing one fails the step at once (a retry cannot create it)."""
     path = manifest_path(blend.name, dataset)
     if not store.exists(path):
-        raise FileNotFoundError(f"{store.url(path)} does not exist: materialize {blend.name}/source_split "
-                                f"partition {dataset!r} first")
+        raise dg.Failure(f"{store.url(path)} does not exist: materialize {blend.name}/source_split partition "
+                         f"{dataset!r} first", allow_retries=False)
     return SourceManifest.from_json(json.loads(store.read_bytes(path)))
 
 
@@ -123,19 +124,20 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
         for partition in context.partition_keys:
             key = ShardKey.parse(partition)
             if key.dataset not in manifests:
-                manifests[key.dataset] = load_manifest(storage, blend, key.dataset)
+                manifests[key.dataset] = load_manifest(store, blend, key.dataset)
             manifest = manifests[key.dataset]
             if key.index >= len(manifest.shards):
-                raise ValueError(f"{partition}: the current plan of {key.dataset!r} has only "
-                                 f"{len(manifest.shards)} shard(s); re-materialize its source_split")
+                raise dg.Failure(f"{partition}: the current plan of {key.dataset!r} has only "
+                                 f"{len(manifest.shards)} shard(s); re-materialize its source_split",
+                                 allow_retries=False)
             with bad_input_fails_without_retry():
                 outcome = materialize_shard(store, blend, manifest, key, tokenizer, force=config.force,
                                             log=context.log.info)
             stats = outcome.receipt["stats"]
             context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, "
                              f"{stats['tokens']:,} tokens")
-            per_partition[partition] = _shard_metadata(outcome.status, outcome.receipt, store.url(
-                f"{pretrain_dir(name)}/{key.dataset}/shard_{key.index:05d}"))
+            per_partition[partition] = _shard_metadata(outcome.status, outcome.receipt,
+                                                       store.url(shard_prefix(name, key)))
             totals["tokens"] += stats["tokens"]
             totals["documents"] += stats["documents"]
             totals[outcome.status] += 1
@@ -177,7 +179,7 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
     )
     def megatron_blend(context: dg.AssetExecutionContext, config: MegatronBlendConfig, storage: StorageResource):
         store = storage.get()
-        manifests = {e.name: load_manifest(storage, blend, e.name) for e in blend.entries()}
+        manifests = {e.name: load_manifest(store, blend, e.name) for e in blend.entries()}
         files = build_blend_files(store, blend, manifests, allow_missing=config.allow_missing_shards)
         for relative, data in files.outputs.items():
             store.write_bytes(relative, data)

@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from nemotron_assets.blend import Blend
 from nemotron_assets.formats.megatron import DType, dtype_for_vocab
@@ -105,19 +106,23 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
     return ShardOutcome(key, "built", receipt)
 
 
-def _build_with_fallback(blend, manifest, key, tokenizer, dtype, staged, progress, log) -> tuple[ShardStats, ReadStats]:
+def _build_with_fallback(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer,
+                         dtype: DType, staged: Path, progress, log) -> tuple[ShardStats, ReadStats]:
     """Build with the chosen backend; if a fast backend disagrees on real data, rebuild with the reference."""
     options = read_options(blend, blend.entry(key.dataset))
-    for attempt in (1, 2):
+
+    def build() -> tuple[ShardStats, ReadStats]:
         read = ReadStats()
         batches = prefetch(iter_shard_texts(manifest, key.index, options, read))
-        try:
-            stats = build_shard(batches, tokenizer, dtype, staged, progress=progress)
-            stats.rows = read.rows
-            return stats, read
-        except BackendMismatch as exc:
-            if attempt == 2:
-                raise
-            log(f"{key}: {exc}; rebuilding with hf-tokenizers")
-            tokenizer.use_reference(str(exc))
-    raise AssertionError("unreachable")
+        stats = build_shard(batches, tokenizer, dtype, staged, progress=progress)
+        stats.rows = read.rows
+        return stats, read
+
+    try:
+        return build()
+    except BackendMismatch as exc:
+        if tokenizer.encoder is tokenizer.hf:
+            raise
+        log(f"{key}: {exc}; rebuilding with hf-tokenizers")
+        tokenizer.use_reference(str(exc))
+        return build()
