@@ -212,3 +212,35 @@ def test_missing_tokenizer_file_fails_the_shard_naming_the_path(tmp_path, instan
     assert not result.success
     error = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
     assert "nope/tokenizer.json" in str(error.cause or error) and "does not exist" in str(error.cause or error)
+
+
+def test_dtype_override_uint16_refuses_llama3_ids_that_do_not_fit(tmp_path, instance):
+    _, pipeline = pipeline_for(SAMPLE, dtype="uint16")
+    run_asset(pipeline, pipeline.source_split, str(tmp_path), instance, ["code"])
+    result = run_asset(pipeline, pipeline.pretrain_shard, str(tmp_path), instance, ["code/shard_00000"],
+                       raise_on_error=False)
+    assert not result.success
+    error = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
+    assert "does not fit dtype uint16" in str(error.cause or error)
+    assert not (tmp_path / "sample/pretrain/code/shard_00000.bin").exists()
+
+
+def test_dtype_override_int32_widens_a_small_vocabulary(tmp_path, instance):
+    import shutil
+
+    bert = tmp_path / "bert"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "megatron" / "bert_tokenizer", bert)
+    for dtype, code in ((None, 8), ("int32", 4)):  # uint16 by Megatron's rule, int32 when asked
+        root = tmp_path / f"out_{dtype}"
+        _, pipeline = pipeline_for(SAMPLE, tokenizer_model=str(bert), dtype=dtype)
+        run_asset(pipeline, pipeline.source_split, str(root), instance, ["code"])
+        run_asset(pipeline, pipeline.pretrain_shard, str(root), instance, ["code/shard_00000"])
+        assert read_dataset(root / "sample/pretrain/code/shard_00000")[0] == code
+
+
+def test_absolute_prefixes_point_blend_json_at_the_shards(tmp_path, instance):
+    _, pipeline = pipeline_for(SAMPLE, absolute_prefixes=True)
+    materialize_all(pipeline, str(tmp_path), instance)
+    blend_json = json.loads((tmp_path / "sample/pretrain/blend.json").read_text())
+    prefixes = [p for split in blend_json.values() for p in split[1::2]]
+    assert all(Path(p).is_absolute() and Path(f"{p}.idx").exists() for p in prefixes)
