@@ -68,9 +68,8 @@ def new_source_files_sensor(blend: Blend, blend_file: Path, pipeline: PretrainAs
     return sensor
 
 
-def shards_to_build(instance: dg.DagsterInstance, pipeline: PretrainAssets) -> list[str]:
-    """Shard partitions that are not materialized, failed last time, or older than their dataset's plan."""
-    keys = instance.get_dynamic_partitions(pipeline.shard_partitions.name)
+def shards_to_build(instance: dg.DagsterInstance, pipeline: PretrainAssets, keys: list[str]) -> list[str]:
+    """The ``keys`` that are not materialized, failed last time, or are older than their dataset's plan."""
     statuses = partition_statuses(instance, pipeline.pretrain_shard.key, pipeline.shard_partitions, keys)
     event = dg.DagsterEventType.ASSET_MATERIALIZATION
     planned_at = instance.get_latest_storage_id_by_partition(pipeline.source_split.key, event)
@@ -95,7 +94,7 @@ def nightly_missing_shards_schedule(blend: Blend, pipeline: PretrainAssets) -> d
                              f"{SHARDS_PER_RUN} contiguous partitions per run.")
     def schedule(context: dg.ScheduleEvaluationContext):
         keys = context.instance.get_dynamic_partitions(pipeline.shard_partitions.name)
-        wanted = shards_to_build(context.instance, pipeline)
+        wanted = shards_to_build(context.instance, pipeline, keys)
         if not wanted:
             return dg.SkipReason(f"all {len(keys)} shard partition(s) of {blend.name} are materialized and current")
         return [dg.RunRequest(run_key=f"{run[0]}...{run[-1]}", asset_selection=[shard_asset],

@@ -131,7 +131,7 @@ def show_status(args: argparse.Namespace) -> int:
 
     blends = _blends(args.blend)
     with _instance() as instance:
-        reports = [collect_status(instance, _storage(), blend, path) for path, blend in blends]
+        reports = [collect_status(instance, _storage(), blend) for _, blend in blends]
     print(status_json(reports) if args.json else "\n\n".join(format_status(r) for r in reports))
     return 0
 
@@ -139,9 +139,9 @@ def show_status(args: argparse.Namespace) -> int:
 def verify(args: argparse.Namespace) -> int:
     from nemotron_assets.status import collect_problems
 
-    [(path, blend)] = _blends(args.blend)
+    [(_, blend)] = _blends(args.blend)
     with _instance() as instance:
-        problems = collect_problems(instance, _storage(), blend, path)
+        problems = collect_problems(instance, _storage(), blend)
     for problem in problems:
         print(problem)
     print(f"{blend.name}: {len(problems)} problem(s)" if problems else f"{blend.name}: every output verified",

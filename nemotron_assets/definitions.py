@@ -11,6 +11,7 @@ import dagster as dg
 
 from nemotron_assets import settings
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
+from nemotron_assets.automation import blend_automation
 from nemotron_assets.blend import discover_blends
 from nemotron_assets.resources.storage import StorageResource
 
@@ -20,18 +21,18 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 
-def pretrain_pipelines(blends_dir: Path) -> dict[str, PretrainAssets]:
-    return {blend.name: build_pretrain_assets(blend, path) for path, blend in discover_blends(blends_dir)}
-
-
 def build_definitions(blends_dir: Path | None = None, data_root: str | None = None) -> dg.Definitions:
-    pipelines = pretrain_pipelines(blends_dir or settings.blends_dir())
+    blends = discover_blends(blends_dir or settings.blends_dir())
+    pipelines: dict[str, PretrainAssets] = {blend.name: build_pretrain_assets(blend, path) for path, blend in blends}
+    sensors, schedules = blend_automation(blends, pipelines)
     storage = StorageResource(root=data_root or settings.data_root(),
                               endpoint_url=settings.s3_endpoint_url())
     return dg.Definitions(
         assets=[a for p in pipelines.values() for a in (p.source_split, p.pretrain_shard, p.megatron_blend)],
         asset_checks=[p.shard_checks for p in pipelines.values()],
         resources={"storage": storage},
+        sensors=sensors,
+        schedules=schedules,
     )
 
 

@@ -18,11 +18,9 @@ the shards that exist. Each problem names one file and says why.
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import dagster as dg
 
-from nemotron_assets.assets.pretrain import build_pretrain_assets
 from nemotron_assets.blend import Blend
 from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
 from nemotron_assets.pretrain.blend_files import build_blend_files
@@ -80,11 +78,13 @@ def latest_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: 
     return found
 
 
-def read_history(instance: dg.DagsterInstance, blend: Blend, blend_file: Path, keys: list[str],
+def read_history(instance: dg.DagsterInstance, blend: str, keys: list[str],
                  with_metadata: bool = False) -> ShardHistory:
-    pipeline = build_pretrain_assets(blend, blend_file)  # the one place that names the asset and partitions
-    shard_asset = pipeline.pretrain_shard.key
-    statuses = partition_statuses(instance, shard_asset, pipeline.shard_partitions, keys)
+    """Failed partitions (and the latest metadata) of ``<blend>/pretrain_shard``, named as assets/pretrain.py
+    names them; building the assets just for their names would cost a load and its warnings."""
+    shard_asset = dg.AssetKey([blend, "pretrain_shard"])
+    partitions = dg.DynamicPartitionsDefinition(name=f"{blend}__pretrain_shards")
+    statuses = partition_statuses(instance, shard_asset, partitions, keys)
     metadata = latest_metadata(instance, shard_asset, keys) if with_metadata else {}
     return ShardHistory(frozenset(k for k, s in statuses.items() if s == "FAILED"), metadata)
 
@@ -211,9 +211,9 @@ def status_json(reports: list[BlendStatus]) -> str:
     return json.dumps({"blends": [asdict(r) for r in reports]}, indent=1)
 
 
-def collect_status(instance: dg.DagsterInstance, store: Storage, blend: Blend, blend_file: Path) -> BlendStatus:
+def collect_status(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> BlendStatus:
     plans = read_plans(store, blend)
-    return blend_status(store, blend, plans, read_history(instance, blend, blend_file, planned_keys(plans)))
+    return blend_status(store, blend, plans, read_history(instance, blend.name, planned_keys(plans)))
 
 
 # --- verify ---------------------------------------------------------------------------------------------
@@ -233,6 +233,9 @@ def verify_shard_files(store: Storage, blend: str, manifest: SourceManifest, ind
     url = {ext: store.url(f"{prefix}.{ext}") for ext in ("bin", "idx", "json")}
     absent = [Problem(url[ext], "does not exist") for ext in ("idx", "bin", "json")
               if not store.exists(f"{prefix}.{ext}")]
+    if len(absent) == len(url):  # never built: one line, with what to run
+        return [Problem(url["bin"], f"does not exist (nor its .idx and receipt): materialize "
+                                    f"{blend}/pretrain_shard partition {key}")]
     if absent:
         return absent
     receipt = _read_json(store, f"{prefix}.json")
@@ -315,9 +318,9 @@ def verify_blend(store: Storage, blend: Blend, plans: dict[str, SourceManifest |
     return problems + verify_blend_files(store, blend, plans)
 
 
-def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, blend_file: Path) -> list[Problem]:
+def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
     plans = read_plans(store, blend)
-    history = read_history(instance, blend, blend_file, planned_keys(plans), with_metadata=True)
+    history = read_history(instance, blend.name, planned_keys(plans), with_metadata=True)
     return verify_blend(store, blend, plans, history)
 
 

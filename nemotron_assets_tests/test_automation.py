@@ -1,0 +1,146 @@
+"""The per-blend sensor and nightly schedule, evaluated as the daemon would (``evaluate_tick``) against a
+real instance, with the sample blend's data copied to a temp folder that the tests change."""
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nemotron_assets.definitions import build_definitions
+from nemotron_assets_tests.materialize_helpers import pipeline_for, run_asset
+from nemotron_assets_tests.s3_server import apply_environment, make_bucket, moto_server
+
+SENSOR = "sample__new_source_files"
+SCHEDULE = "sample__nightly_missing_shards"
+DATASETS = ["wiki", "reference", "code", "wiki_valid", "reference_test"]
+
+
+def _definitions(blends: Path, tmp_path: Path) -> dg.Definitions:
+    return build_definitions(blends_dir=blends, data_root=str(tmp_path / "data"))
+
+
+def _sense(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None,
+           name: str = SENSOR) -> tuple[list[str], str]:
+    """(requested partitions, new cursor) of one sensor tick."""
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
+    result = defs.get_repository_def().get_sensor_def(name).evaluate_tick(context)
+    for request in result.run_requests:
+        assert request.asset_selection == [dg.AssetKey([name.split("__")[0], "source_split"])]
+    return [r.partition_key for r in result.run_requests], result.cursor
+
+
+def _scheduled_ranges(defs: dg.Definitions, instance: dg.DagsterInstance, name: str = SCHEDULE) -> list[tuple]:
+    """(first, last) partition of each run one schedule tick requests."""
+    repository = defs.get_repository_def()
+    context = dg.build_schedule_context(instance=instance, repository_def=repository)
+    result = repository.get_schedule_def(name).evaluate_tick(context)
+    ranges = []
+    for request in result.run_requests:
+        assert request.asset_selection == [dg.AssetKey([name.split("__")[0], "pretrain_shard"])]
+        ranges.append((request.tags["dagster/asset_partition_range_start"],
+                       request.tags["dagster/asset_partition_range_end"]))
+    return ranges
+
+
+def test_sensor_requests_every_dataset_then_nothing_then_only_the_dataset_with_a_new_file(
+        sample_blends, tmp_path, instance):
+    defs = _definitions(sample_blends, tmp_path)
+    requested, cursor = _sense(defs, instance, None)
+    assert requested == DATASETS
+    assert set(json.loads(cursor)) == set(DATASETS)
+    requested, cursor = _sense(defs, instance, cursor)
+    assert requested == []
+    shutil.copy(sample_blends / "sample_data" / "wiki" / "part-00000.jsonl",
+                sample_blends / "sample_data" / "wiki" / "part-00002.jsonl")
+    requested, cursor = _sense(defs, instance, cursor)
+    assert requested == ["wiki"]
+    assert _sense(defs, instance, cursor)[0] == []
+
+
+def test_sensor_notices_a_file_rewritten_in_place(sample_blends, tmp_path, instance):
+    defs = _definitions(sample_blends, tmp_path)
+    _, cursor = _sense(defs, instance, None)
+    test_file = sample_blends / "sample_data" / "test.jsonl"
+    test_file.write_text(test_file.read_text() + '{"text": "one more document"}\n')
+    assert _sense(defs, instance, cursor)[0] == ["reference_test"]
+
+
+def test_sensor_skips_hf_sources_and_keeps_the_last_listing_of_a_vanished_folder(tmp_path, instance):
+    blends = tmp_path / "blends"
+    (blends / "local").mkdir(parents=True)
+    (blends / "local" / "a.jsonl").write_text('{"text": "a"}\n')
+    (blends / "mixed.yaml").write_text("datasets:\n  - {name: hub, path: hf://org/repo}\n"
+                                       "  - {name: local, path: local}\n")
+    defs = _definitions(blends, tmp_path)
+    requested, cursor = _sense(defs, instance, None, "mixed__new_source_files")
+    assert requested == ["local"] and set(json.loads(cursor)) == {"local"}
+    shutil.rmtree(blends / "local")
+    assert _sense(defs, instance, cursor, "mixed__new_source_files") == ([], cursor)
+
+
+@pytest.mark.slow
+def test_sensor_watches_an_s3_prefix(tmp_path, instance, monkeypatch):
+    import s3fs
+
+    with moto_server() as endpoint:
+        make_bucket(endpoint, "raw")
+        apply_environment(monkeypatch, endpoint)
+        fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
+        fs.pipe("raw/web/part-0.jsonl", b'{"text": "a"}\n')
+        blends = tmp_path / "blends"
+        blends.mkdir()
+        (blends / "remote.yaml").write_text("datasets:\n  - {name: web, path: 's3://raw/web/'}\n")
+        defs = _definitions(blends, tmp_path)
+        requested, cursor = _sense(defs, instance, None, "remote__new_source_files")
+        assert requested == ["web"]
+        assert _sense(defs, instance, cursor, "remote__new_source_files")[0] == []
+        fs.pipe("raw/web/part-1.jsonl", b'{"text": "b"}\n')
+        assert _sense(defs, instance, cursor, "remote__new_source_files")[0] == ["web"]
+
+
+def test_schedule_requests_only_missing_failed_or_stale_shards(sample_blends, tmp_path, instance):
+    (sample_blends / "broken.jsonl").write_text('{"text": "ok"}\n{"text": "cut off\n')
+    (sample_blends / "broken.yaml").write_text("datasets:\n  - {name: fine, path: sample_data/test.jsonl}\n"
+                                               "  - {name: bad, path: broken.jsonl}\n")
+    defs = _definitions(sample_blends, tmp_path)
+    root = str(tmp_path / "data")
+    _, sample = pipeline_for(sample_blends / "sample.yaml")
+    run_asset(sample, sample.source_split, root, instance, DATASETS)
+    assert _scheduled_ranges(defs, instance) == [("wiki/shard_00000", "reference_test/shard_00000")]
+
+    run_asset(sample, sample.pretrain_shard, root, instance, ["wiki/shard_00001"])
+    run_asset(sample, sample.pretrain_shard, root, instance, ["code/shard_00000"])
+    assert _scheduled_ranges(defs, instance) == [("wiki/shard_00000", "wiki/shard_00000"),
+                                                 ("wiki/shard_00002", "reference/shard_00000"),
+                                                 ("wiki_valid/shard_00000", "reference_test/shard_00000")]
+    run_asset(sample, sample.source_split, root, instance, ["code"])  # re-planned: its shard is stale
+    assert _scheduled_ranges(defs, instance) == [("wiki/shard_00000", "wiki/shard_00000"),
+                                                 ("wiki/shard_00002", "reference_test/shard_00000")]
+
+    _, broken = pipeline_for(sample_blends / "broken.yaml")
+    run_asset(broken, broken.source_split, root, instance, ["fine", "bad"])
+    run_asset(broken, broken.pretrain_shard, root, instance, ["fine/shard_00000"])
+    run_asset(broken, broken.pretrain_shard, root, instance, ["bad/shard_00000"], raise_on_error=False)
+    assert _scheduled_ranges(defs, instance, "broken__nightly_missing_shards") == [
+        ("bad/shard_00000", "bad/shard_00000")]
+
+
+def test_schedule_batches_runs_of_at_most_16_partitions_and_skips_when_all_are_built(
+        sample_blends, tmp_path, instance):
+    defs = _definitions(sample_blends, tmp_path)
+    repository = defs.get_repository_def()
+    context = dg.build_schedule_context(instance=instance, repository_def=repository)
+    assert repository.get_schedule_def(SCHEDULE).evaluate_tick(context).skip_message.startswith("all 0 shard")
+    keys = [f"wiki/shard_{i:05d}" for i in range(40)]
+    instance.add_dynamic_partitions("sample__pretrain_shards", keys)
+    assert _scheduled_ranges(defs, instance) == [(keys[0], keys[15]), (keys[16], keys[31]), (keys[32], keys[39])]
+
+
+def test_every_blend_gets_a_sensor_and_a_stopped_nightly_schedule(sample_blends, tmp_path):
+    repository = _definitions(sample_blends, tmp_path).get_repository_def()
+    schedule = repository.get_schedule_def(SCHEDULE)
+    assert schedule.cron_schedule == "0 2 * * *"
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    assert repository.get_sensor_def(SENSOR).default_status == dg.DefaultSensorStatus.STOPPED
