@@ -18,8 +18,9 @@ demo: setup
 	$(BIN)/python -m nemotron_assets materialize sample
 	@echo "Outputs: ./data/sample/   UI: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml"
 
-# Quick start 2: set up, lint, and run the whole test suite.
+# Quick start 2: set up (including Debian's chromium for the UI test), lint, and run the whole test suite.
 test: setup
+	bash .ci/install_system_deps.sh
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -1,0 +1,134 @@
+"""Helpers for the UI end-to-end test: a real Dagster webserver (+ daemon) on loopback, its GraphQL endpoint,
+and reading the asset graph out of the page's SVG."""
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class DagsterUI:
+    url: str
+    logs: dict[str, Path]
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        request = urllib.request.Request(f"{self.url}/graphql", method="POST",
+                                         data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = json.loads(response.read())
+        if body.get("errors"):
+            raise AssertionError(f"GraphQL errors: {body['errors']}")
+        return body["data"]
+
+    def run_status(self, run_id: str) -> str:
+        data = self.graphql("query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }",
+                            {"id": run_id})["runOrError"]
+        return data.get("status", data["__typename"])
+
+    def wait_for_run(self, run_id: str, timeout: float = 120) -> str:
+        """Poll the run's status until it ends; return the final status (SUCCESS, FAILURE, CANCELED)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.run_status(run_id)
+            if status in ("SUCCESS", "FAILURE", "CANCELED"):
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} still {status} after {timeout:.0f} s")
+            time.sleep(0.5)
+
+    def log_tails(self, chars: int = 3000) -> str:
+        return "\n".join(f"--- {name} ---\n{path.read_text(errors='replace')[-chars:]}"
+                         for name, path in self.logs.items() if path.exists())
+
+
+def _stop(process: subprocess.Popen, timeout: float = 20) -> None:
+    """SIGTERM the process we started; if it lingers, kill its own process group (started with setsid)."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def dagster_ui(repo: Path, env: dict[str, str], log_dir: Path, daemon: bool = True,
+               startup_timeout: float = 60) -> Iterator[DagsterUI]:
+    """``dagster-webserver -h 127.0.0.1 -p PORT -w workspace.yaml`` (and ``dagster-daemon run``, which dequeues
+    the runs the UI launches: the instance's ``concurrency.runs`` means a QueuedRunCoordinator) until exit."""
+    port = free_port()
+    bin_dir = Path(sys.executable).parent
+    workspace = str(repo / "workspace.yaml")
+    commands = {"webserver": [str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", workspace]}
+    if daemon:
+        commands["daemon"] = [str(bin_dir / "dagster-daemon"), "run", "-w", workspace]
+    logs = {name: log_dir / f"{name}.log" for name in commands}
+    processes: dict[str, subprocess.Popen] = {}
+    ui = DagsterUI(f"http://127.0.0.1:{port}", logs)
+    try:
+        for name, command in commands.items():
+            with open(logs[name], "wb") as log:
+                processes[name] = subprocess.Popen(command, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                with urllib.request.urlopen(f"{ui.url}/server_info", timeout=2) as response:
+                    if response.status == 200 and "dagster_webserver_version" in json.loads(response.read()):
+                        break
+            dead = [name for name, p in processes.items() if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"dagster UI not up on port {port} (exited: {dead})\n{ui.log_tails()}")
+            time.sleep(0.25)
+        yield ui
+    finally:
+        for process in processes.values():
+            _stop(process)
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def graph_edges(nodes: dict[str, dict], paths: list[str], tolerance: float = 12) -> set[tuple[str, str]]:
+    """Edges of the rendered asset graph as (upstream, downstream) names.
+
+    ``nodes``: name -> the node's ``<foreignObject>`` box (x, y, width, height) in SVG coordinates; ``paths``:
+    the ``d`` attribute of each edge ``<path>``. An edge starts on one node's right side and ends (arrowhead
+    included) at another node's left side, in the left-to-right layout Dagster uses."""
+    edges = set()
+    for d in paths:
+        numbers = [float(n) for n in _NUMBER.findall(d)]
+        if len(numbers) < 4:
+            continue
+        (x1, y1), (x2, y2) = numbers[:2], numbers[-2:]
+        source = [n for n, b in nodes.items() if abs(b["x"] + b["width"] - x1) <= tolerance
+                  and b["y"] <= y1 <= b["y"] + b["height"]]
+        target = [n for n, b in nodes.items() if abs(b["x"] - x2) <= tolerance and b["y"] <= y2 <= b["y"] + b["height"]]
+        if len(source) == 1 and len(target) == 1:
+            edges.add((source[0], target[0]))
+    return edges
