@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 
 setup: $(BIN)/python
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test,cluster,lineage]'
 
 # Quick start 1: set up, then materialize the whole sample blend into ./data with the sqlite instance in dagster_home/.
 demo: setup

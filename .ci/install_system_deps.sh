@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# System packages the test suite needs beyond the Python venv: Debian's chromium for the UI test
-# (nemotron_assets_tests/test_ui.py drives /usr/bin/chromium with Playwright; Playwright's own browser
-# download needs internet). Idempotent: does nothing when chromium is already installed.
+# System packages the test suite needs beyond the Python venv:
+# - Debian's chromium for the UI test (nemotron_assets_tests/test_ui.py drives /usr/bin/chromium with Playwright;
+#   Playwright's own browser download needs internet);
+# - Debian's PostgreSQL server for the cluster test (nemotron_assets_tests/test_cluster.py runs initdb and pg_ctl
+#   from /usr/lib/postgresql/<version>/bin in a temp folder; the package's own cluster service is not used).
+# Idempotent: installs only what is missing, and runs apt-get update at most once.
 set -euo pipefail
 
-if [ -x /usr/bin/chromium ]; then
+missing=()
+if [ ! -x /usr/bin/chromium ]; then
+    missing+=(chromium)
+fi
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || ! compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null; then
+    missing+=(postgresql)
+fi
+if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi
 
@@ -13,6 +23,6 @@ if [ "$(id -u)" -ne 0 ]; then
     SUDO="sudo -n"
 fi
 
-echo "installing chromium (apt) for the UI test ..." >&2
+echo "installing ${missing[*]} (apt) for the UI and cluster tests ..." >&2
 $SUDO apt-get update -qq >/dev/null
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -71,6 +71,15 @@ class DatasetEntry(BaseModel):
     num_shards: int | None = Field(None, ge=1, description="Explicit shard count for this dataset.")
     endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// paths.")
 
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, family: str | None) -> str | None:
+        from nemotron_assets.normalize.families import FAMILIES
+
+        if family is not None and family not in FAMILIES:
+            raise ValueError(f"unknown family {family!r} (families: {', '.join(sorted(FAMILIES))})")
+        return family
+
     @field_validator("name")
     @classmethod
     def _safe_name(cls, name: str) -> str:

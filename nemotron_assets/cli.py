@@ -7,7 +7,9 @@
 
 ``materialize`` builds a whole blend, or the selected assets / one partition of it, as real Dagster runs in
 the instance of ``DAGSTER_HOME`` (default: this checkout's ``dagster_home/``): first the source splits (they
-plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend.
+plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend. With
+``NEMOTRON_DEPLOYMENT=cluster`` the instance is ``deployments/cluster/`` (Postgres) and the runs are launched
+through its run launcher (Ray) instead of executed here; the command waits for them and prints each outcome.
 ``status`` shows per dataset the shards planned / done / missing / failed, tokens, rows and where the files
 are; ``verify`` re-checks every shard's files and checksums and blend.json, printing one line per problem
 (file: why) and exiting 1 if there is any.
@@ -21,7 +23,8 @@ from pathlib import Path
 
 from nemotron_assets import settings
 
-ASSET_NAMES = ("source_split", "pretrain_shard", "megatron_blend")
+ASSET_NAMES = ("source_split", "pretrain_shard", "megatron_blend", "harmony_shard", "harmony_dedup",
+               "candidate_pool", "embedding_view", "behavior_report")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,12 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _instance():
+def _instance(*, launching: bool = False):
     import dagster as dg
 
     home = os.environ.get("DAGSTER_HOME")
     if not home:
-        home = str(settings.REPO_ROOT / "dagster_home")
+        home = str(settings.default_dagster_home())
+        if settings.deployment() == "cluster":
+            from nemotron_assets.cluster import check_environment
+
+            check_environment(need_launcher=launching)
         os.environ["DAGSTER_HOME"] = home
         print(f"DAGSTER_HOME not set; using {home}", file=sys.stderr)
     if not Path(home).is_absolute() or not Path(home, "dagster.yaml").is_file():
@@ -75,55 +82,102 @@ def materialize(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from nemotron_assets.assets.pretrain import SHARDS_PER_RUN
+    from nemotron_assets.blend import discover_blends
     from nemotron_assets.layout import ShardKey
-    from nemotron_assets.runner import contiguous_ranges, execute_assets, load_repository
+    from nemotron_assets.posttrain.pools import POOL_NAMES
+    from nemotron_assets.runner import contiguous_ranges, load_repository
 
     started = time.monotonic()
-    instance = _instance()
+    cluster = settings.deployment() == "cluster"
+    instance = _instance(launching=cluster)
+    if cluster:
+        from nemotron_assets.cluster import pin_data_root
+
+        pin_data_root()
     origin, repo = load_repository()
     blend_name = args.blend
     keys = {name: dg.AssetKey([blend_name, name]) for name in ASSET_NAMES}
     if not repo.asset_graph.has(keys["source_split"]):
         blends = sorted({k.path[0] for k in repo.asset_graph.get_all_asset_keys()})
         raise SystemExit(f"no blend {blend_name!r} in {settings.blends_dir()} (blends: {', '.join(blends) or 'none'})")
+    [blend] = [b for _, b in discover_blends(settings.blends_dir()) if b.name == blend_name]
     selected = _selection(args.select, args.partition)
     dataset, shard = _partition_target(args.partition, repo, keys)
     run_config = _run_config(repo, keys, args)
     per_run = args.shards_per_run or SHARDS_PER_RUN
     outcomes = []
 
-    if "source_split" in selected:
-        datasets = repo.assets_defs_by_key[keys["source_split"]].partitions_def.get_partition_keys()
-        wanted = [dataset] if dataset else list(datasets)
-        outcomes.append(execute_assets(origin, repo, instance, [keys["source_split"]], wanted, run_config))
-        _report(outcomes[-1], "source_split")
-        if not outcomes[-1].success:
-            return 1
-    if "pretrain_shard" in selected:
-        partitions_name = f"{blend_name}__pretrain_shards"
+    text_datasets = [e.name for e in blend.entries() if not e.family]
+    family_datasets = [e.name for e in blend.entries() if e.family]
+
+    def run(asset: str, partitions: list[str] | None) -> bool:
+        return run_all(asset, [partitions])
+
+    def run_all(asset: str, partition_runs: list[list[str] | None]) -> bool:
+        new = _execute_runs(origin, repo, instance, keys[asset], asset, partition_runs, run_config, cluster)
+        outcomes.extend(new)
+        return all(o.success for o in new)
+
+    def run_shards(asset: str, partitions_name: str) -> bool:
+        """Every wanted shard partition, in runs of up to ``per_run`` contiguous keys."""
         all_shards = instance.get_dynamic_partitions(partitions_name)
         if shard:
+            if shard not in all_shards:
+                raise SystemExit(f"unknown shard {shard!r} of {blend_name}/{asset}: materialize "
+                                 f"{blend_name}/source_split first (known: {', '.join(all_shards[:5]) or 'none'})")
             wanted = [shard]
         else:
             wanted = [k for k in all_shards if dataset is None or ShardKey.parse(k).dataset == dataset]
-        if shard and shard not in all_shards:
-            raise SystemExit(f"unknown shard {shard!r}: materialize {blend_name}/source_split first "
-                             f"(known: {', '.join(all_shards[:5]) or 'none'})")
         if not wanted:
-            raise SystemExit(f"no shard partitions for {blend_name}: materialize its source_split first")
-        for keys_of_run in contiguous_ranges(all_shards, wanted, per_run):
-            outcomes.append(execute_assets(origin, repo, instance, [keys["pretrain_shard"]], keys_of_run,
-                                           run_config))
-            _report(outcomes[-1], "pretrain_shard")
-        if not all(o.success for o in outcomes):
-            return 1
-    if "megatron_blend" in selected:
-        outcomes.append(execute_assets(origin, repo, instance, [keys["megatron_blend"]], None, run_config))
-        _report(outcomes[-1], "megatron_blend")
+            raise SystemExit(f"no {asset} partitions for {blend_name}: materialize its source_split first")
+        return run_all(asset, list(contiguous_ranges(all_shards, wanted, per_run)))
+
+    steps = {
+        "source_split": lambda: run("source_split", [dataset] if dataset else text_datasets + family_datasets),
+        "pretrain_shard": lambda: run_shards("pretrain_shard", f"{blend_name}__pretrain_shards"),
+        "megatron_blend": lambda: run("megatron_blend", None),
+        "harmony_shard": lambda: run_shards("harmony_shard", f"{blend_name}__harmony_shards"),
+        "harmony_dedup": lambda: run("harmony_dedup", [dataset] if dataset else family_datasets),
+        "candidate_pool": lambda: run("candidate_pool", list(POOL_NAMES)),
+        "embedding_view": lambda: run("embedding_view", list(POOL_NAMES)),
+        "behavior_report": lambda: run("behavior_report", None),
+    }
+    applicable = {"pretrain_shard": text_datasets, "megatron_blend": text_datasets,
+                  "harmony_shard": family_datasets, "harmony_dedup": family_datasets,
+                  "candidate_pool": family_datasets, "embedding_view": family_datasets,
+                  "behavior_report": family_datasets}
+    if dataset is not None:  # a dataset's steps: only the path its kind takes
+        applicable = {k: [d for d in v if d == dataset] for k, v in applicable.items()}
+    for step in selected:
+        if step in applicable and not applicable[step]:
+            continue  # e.g. no family datasets: no Harmony path
+        if not steps[step]():
+            break
     ok = all(o.success for o in outcomes)
     print(f"{'done' if ok else 'FAILED'}: {len(outcomes)} run(s) in {time.monotonic() - started:.1f} s; "
           f"outputs under {settings.data_root()}/{blend_name}/", file=sys.stderr)
     return 0 if ok else 1
+
+
+def _execute_runs(origin, repo, instance, asset_key, asset: str, partition_runs: list[list[str] | None],
+                  run_config: dict, cluster: bool) -> list:
+    """One run per partition range (``None``: unpartitioned): executed here one after the other, or with
+    ``cluster`` all handed to the instance's run launcher (Ray) at once and waited for; each outcome printed."""
+    from nemotron_assets.runner import execute_assets
+
+    if cluster:
+        from nemotron_assets.cluster import launch_assets, wait_for_runs
+
+        launched = {launch_assets(origin, repo, instance, [asset_key], p, run_config): tuple(p or ())
+                    for p in partition_runs}
+        print(f"launched {len(launched)} {asset} run(s) through {type(instance.run_launcher).__name__}",
+              file=sys.stderr)
+        return wait_for_runs(instance, launched, on_finished=lambda o: _report(o, asset))
+    outcomes = []
+    for partitions in partition_runs:
+        outcomes.append(execute_assets(origin, repo, instance, [asset_key], partitions, run_config))
+        _report(outcomes[-1], asset)
+    return outcomes
 
 
 def show_status(args: argparse.Namespace) -> int:
@@ -171,7 +225,7 @@ def _storage():
 
 def _selection(select: str | None, partition: str | None) -> list[str]:
     if select is None:
-        return ["source_split", "pretrain_shard"] if partition else list(ASSET_NAMES)
+        return ["source_split", "pretrain_shard", "harmony_shard"] if partition else list(ASSET_NAMES)
     chosen = [s.strip().split("/")[-1] for s in select.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in ASSET_NAMES]
     if unknown:

@@ -5,6 +5,10 @@
     <root>/<blend>/pretrain/<dataset>/shard_NNNNN.json      the shard's receipt (counts, checksums, inputs)
     <root>/<blend>/pretrain/blend.json                      Megatron-Bridge per-split blend
     <root>/<blend>/pretrain/data_path.txt                   the same as Megatron-LM --*-data-path arguments
+    <root>/<blend>/harmony/<dataset>/shard_NNNNN.parquet    normalized Harmony rows of one shard (+ .json receipt)
+    <root>/<blend>/harmony/<dataset>/duplicates.parquet     (shard, row, id) of rows repeating an earlier id
+    <root>/<blend>/pools/<pool>/part-00000.parquet          one candidate pool (+ manifest.json)
+    <root>/<blend>/embedding/<view>/<pool>/part-00000.parquet  one embedding view of a pool
 
 A tokenized shard's partition key is ``<dataset>/shard_NNNNN``: the same words as its path.
 """
@@ -31,6 +35,16 @@ class ShardKey:
         return ShardKey(match["dataset"], int(match["index"]))
 
 
+def harmony_partitions_name(blend: str) -> str:
+    """Dynamic partitions of a blend's Harmony shards (its family datasets)."""
+    return f"{blend}__harmony_shards"
+
+
+def pretrain_partitions_name(blend: str) -> str:
+    """Dynamic partitions of a blend's pretraining shards (its datasets without a family)."""
+    return f"{blend}__pretrain_shards"
+
+
 def manifest_path(blend: str, dataset: str) -> str:
     return f"{blend}/sources/{dataset}/manifest.json"
 
@@ -41,3 +55,20 @@ def shard_prefix(blend: str, key: ShardKey) -> str:
 
 def pretrain_dir(blend: str) -> str:
     return f"{blend}/pretrain"
+
+
+def harmony_shard_path(blend: str, key: ShardKey) -> str:
+    """``<blend>/harmony/<dataset>/shard_NNNNN.parquet`` (its receipt: the same name with ``.json``)."""
+    return f"{blend}/harmony/{key.dataset}/shard_{key.index:05d}.parquet"
+
+
+def duplicates_path(blend: str, dataset: str) -> str:
+    return f"{blend}/harmony/{dataset}/duplicates.parquet"
+
+
+def pool_dir(blend: str, pool: str) -> str:
+    return f"{blend}/pools/{pool}"
+
+
+def embedding_dir(blend: str, view: str, pool: str) -> str:
+    return f"{blend}/embedding/{view}/{pool}"

@@ -70,13 +70,14 @@ def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition
         run_tags[ASSET_PARTITION_RANGE_END_TAG] = partitions[-1]
     started = time.monotonic()
     with execute_job(job, instance, run_config=run_config, tags=run_tags, asset_selection=list(asset_keys)) as result:
-        error = "" if result.success else _first_error(result)
+        error = "" if result.success else first_error(result.all_events)
         return RunOutcome(result.run_id, result.success, tuple(partitions or ()), error,
                           time.monotonic() - started)
 
 
-def _first_error(result) -> str:
-    for event in result.all_events:
+def first_error(events) -> str:
+    """The first step failure's message (our own ``Failure`` text without its class path), else the run failure's."""
+    for event in events:
         if event.is_step_failure and event.step_failure_data.error is not None:
             error = event.step_failure_data.error
             while error.cause is not None and error.cls_name in ("DagsterExecutionStepExecutionError",):

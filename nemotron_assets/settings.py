@@ -1,14 +1,38 @@
 """Settings that come from the environment, in one place.
 
-``NEMOTRON_DATA_ROOT``   storage root: a local folder (default ``./data``) or ``s3://bucket/prefix``
+``NEMOTRON_DATA_ROOT``   storage root: a local folder (default ``./data``) or ``s3://bucket/prefix``; an
+                         ``s3://`` root alone is enough to write every output to S3
 ``NEMOTRON_BLENDS_DIR``  folder of blend files (default: ``blends/`` of this checkout)
-``AWS_ENDPOINT_URL``     S3-compatible endpoint for an ``s3://`` root (credentials: the usual AWS_* vars)
+``NEMOTRON_DEPLOYMENT``  ``local`` (default) or ``s3``: both use the sqlite instance in this checkout's
+                         ``dagster_home/`` when ``DAGSTER_HOME`` is not set; ``s3`` also insists on an ``s3://``
+                         root. ``cluster``: the instance in ``deployments/cluster/`` (Postgres storage from
+                         ``NEMOTRON_POSTGRES_URL``, runs launched as Ray jobs at ``NEMOTRON_RAY_ADDRESS``)
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``
+                         endpoint, credentials and region for an ``s3://`` root, handed to the storage resource
+                         as Dagster ``EnvVar``s (``S3_ENVIRONMENT``): the UI and the run records show the variable
+                         names, never their values
 """
 
 import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+DEPLOYMENTS = ("local", "s3", "cluster")
+NOT_IMPLEMENTED_DEPLOYMENTS: tuple[str, ...] = ()
+CLUSTER_DAGSTER_HOME = REPO_ROOT / "deployments" / "cluster"
+
+# StorageResource field -> the standard AWS variable it is read from (through dg.EnvVar, never by value).
+S3_ENVIRONMENT = {
+    "endpoint_url": "AWS_ENDPOINT_URL",
+    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "region_name": "AWS_DEFAULT_REGION",
+}
+
+
+class DeploymentError(ValueError):
+    """A deployment setting that cannot work; the message names the variable to change."""
 
 
 def data_root() -> str:
@@ -24,3 +48,33 @@ def blends_dir() -> Path:
 
 def s3_endpoint_url() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def deployment() -> str:
+    """``NEMOTRON_DEPLOYMENT``, checked: a typo or an unimplemented deployment fails loudly at load time instead
+    of silently running against the wrong instance or storage."""
+    name = (os.environ.get("NEMOTRON_DEPLOYMENT") or "local").strip().lower()
+    if name not in DEPLOYMENTS:
+        raise DeploymentError(f"NEMOTRON_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
+    if name in NOT_IMPLEMENTED_DEPLOYMENTS:
+        raise DeploymentError(f"NEMOTRON_DEPLOYMENT={name!r} is not implemented yet (Postgres run storage and the "
+                              f"Ray run launcher); use 'local' or 's3'")
+    if name == "s3" and not data_root().startswith("s3://"):
+        raise DeploymentError(f"NEMOTRON_DEPLOYMENT='s3' needs NEMOTRON_DATA_ROOT=s3://bucket/prefix, "
+                              f"got {data_root()!r}")
+    return name
+
+
+def default_dagster_home() -> Path:
+    """The instance folder used when ``DAGSTER_HOME`` is unset: for ``local`` and ``s3`` the sqlite instance in
+    this checkout's ``dagster_home/`` (an S3 deployment keeps its run records locally; only outputs move); for
+    ``cluster`` ``deployments/cluster/`` (Postgres + Ray run launcher)."""
+    if deployment() == "cluster":
+        return CLUSTER_DAGSTER_HOME
+    return REPO_ROOT / "dagster_home"
+
+
+def s3_environment_names() -> dict[str, str]:
+    """The ``S3_ENVIRONMENT`` entries whose variable is set (non-empty) now: only those become ``EnvVar``s, so
+    an optional variable left unset (e.g. no custom endpoint on AWS itself) is not a run-time config error."""
+    return {field: name for field, name in S3_ENVIRONMENT.items() if os.environ.get(name)}

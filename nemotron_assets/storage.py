@@ -19,13 +19,23 @@ STAGING_DIR = ".staging"
 
 
 class Storage:
-    def __init__(self, root: str, endpoint_url: str | None = None) -> None:
+    """Credentials are optional: without them s3fs falls back to botocore's own lookup (environment, profile,
+    instance role). They live in a private attribute and stay out of ``repr`` so a logged storage object or a
+    traceback's locals never show the secret."""
+
+    def __init__(self, root: str, endpoint_url: str | None = None, key: str | None = None,
+                 secret: str | None = None, region: str | None = None) -> None:
         self.is_s3 = root.startswith("s3://")
         if not self.is_s3 and "://" in root:
             raise ValueError(f"storage root must be a local folder or s3://bucket/prefix, got {root!r}")
         self.root = root.rstrip("/") if self.is_s3 else str(Path(root).expanduser().resolve())
         self.endpoint_url = endpoint_url
+        self.region = region
+        self._credentials = {"key": key, "secret": secret} if key or secret else {}
         self._fs = None
+
+    def __repr__(self) -> str:
+        return f"Storage({self.root!r}, endpoint_url={self.endpoint_url!r})"
 
     # --- addressing -------------------------------------------------------------------------------------
     def url(self, relative: str) -> str:
@@ -33,14 +43,30 @@ class Storage:
         _check_relative(relative)
         return f"{self.root}/{relative}" if self.is_s3 else str(Path(self.root) / relative)
 
+    def polars_options(self) -> dict | None:
+        """``storage_options`` for polars/object_store scans of s3:// URLs under this root."""
+        if not self.is_s3:
+            return None
+        options = {"aws_endpoint_url": self.endpoint_url} if self.endpoint_url else {}
+        if self.endpoint_url and self.endpoint_url.startswith("http://"):
+            options["aws_allow_http"] = "true"
+        if self.region:
+            options["aws_region"] = self.region
+        if self._credentials:
+            options["aws_access_key_id"] = self._credentials["key"]
+            options["aws_secret_access_key"] = self._credentials["secret"]
+        return options
+
     @property
     def fs(self):
         """The s3fs file system (S3 roots only)."""
         if self._fs is None:
             import s3fs
 
-            client_kwargs = {"endpoint_url": self.endpoint_url} if self.endpoint_url else {}
-            self._fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, skip_instance_cache=True)
+            client_kwargs = {name: value for name, value in (("endpoint_url", self.endpoint_url),
+                                                             ("region_name", self.region)) if value}
+            self._fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, skip_instance_cache=True,
+                                         **self._credentials)
         return self._fs
 
     # --- writing ------------------------------------------------------------------------------------------

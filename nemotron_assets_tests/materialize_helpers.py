@@ -8,6 +8,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
 from nemotron_assets.blend import Blend, load_blend
 from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets.resources.wandb_lineage import WandbLineage
 
 
 def pipeline_for(blend_file: Path, **overrides) -> tuple[Blend, PretrainAssets]:
@@ -19,7 +20,7 @@ def pipeline_for(blend_file: Path, **overrides) -> tuple[Blend, PretrainAssets]:
 
 def run_asset(pipeline: PretrainAssets, asset, root: str, instance: dg.DagsterInstance,
               partitions: list[str] | None = None, run_config: dict | None = None, raise_on_error: bool = True,
-              s3_endpoint: str | None = None):
+              s3_endpoint: str | None = None, lineage: WandbLineage | None = None):
     """One run of ``asset`` (an assets definition or an AssetSelection) over a partition range."""
     tags = {}
     if partitions:
@@ -27,7 +28,9 @@ def run_asset(pipeline: PretrainAssets, asset, root: str, instance: dg.DagsterIn
     return dg.materialize(
         pipeline.definitions, selection=asset if isinstance(asset, dg.AssetSelection) else [asset.key],
         instance=instance, tags=tags,
-        resources={"storage": StorageResource(root=root, endpoint_url=s3_endpoint)}, run_config=run_config or {},
+        resources={"storage": StorageResource(root=root, endpoint_url=s3_endpoint),
+                   "lineage": lineage or WandbLineage()},
+        run_config=run_config or {},
         raise_on_error=raise_on_error,
     )
 
@@ -36,9 +39,10 @@ def shard_keys(pipeline: PretrainAssets, instance: dg.DagsterInstance) -> list[s
     return instance.get_dynamic_partitions(pipeline.shard_partitions.name)
 
 
-def materialize_all(pipeline: PretrainAssets, root: str, instance: dg.DagsterInstance) -> None:
+def materialize_all(pipeline: PretrainAssets, root: str, instance: dg.DagsterInstance,
+                    lineage: WandbLineage | None = None) -> None:
     """source splits (one run), every shard (one run), then the Megatron blend."""
     datasets = pipeline.dataset_partitions.get_partition_keys()
-    run_asset(pipeline, pipeline.source_split, root, instance, datasets)
-    run_asset(pipeline, pipeline.pretrain_shard, root, instance, shard_keys(pipeline, instance))
-    run_asset(pipeline, pipeline.megatron_blend, root, instance)
+    run_asset(pipeline, pipeline.source_split, root, instance, datasets, lineage=lineage)
+    run_asset(pipeline, pipeline.pretrain_shard, root, instance, shard_keys(pipeline, instance), lineage=lineage)
+    run_asset(pipeline, pipeline.megatron_blend, root, instance, lineage=lineage)

@@ -91,3 +91,33 @@ def test_pretraining_graph_writes_to_s3_what_it_writes_locally(s3_env, tmp_path)
     assert outputs[True] == outputs[False]
     leftovers = [p for p in _fs(s3_env).find("data/run") if "staging" in p]
     assert leftovers == []
+
+
+def test_harmony_path_reads_and_writes_s3_through_polars(s3_env, tmp_path):
+    from nemotron_assets.assets.harmony import build_harmony_assets
+    from nemotron_assets.blend import load_blend
+    from nemotron_assets.resources.storage import StorageResource
+
+    blend_file = REPO / "blends" / "posttrain_sample.yaml"
+    blend = load_blend(blend_file)
+    pipeline = pipeline_for(blend_file)[1]
+    harmony = build_harmony_assets(blend, pipeline.source_split)
+    definitions = [pipeline.source_split, *harmony.definitions]
+    storage = StorageResource(root="s3://data/post", endpoint_url=s3_env)
+    pools = harmony.candidate_pool.partitions_def.get_partition_keys()
+    with dg.instance_for_test() as instance:
+        def run(asset, partitions):
+            from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+            tags = {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]}
+            dg.materialize(definitions, selection=[asset.key], instance=instance, tags=tags,
+                           resources={"storage": storage})
+
+        run(pipeline.source_split, [e.name for e in blend.entries()])
+        run(harmony.harmony_shard, instance.get_dynamic_partitions(harmony.shard_partitions.name))
+        run(harmony.harmony_dedup, harmony.family_partitions.get_partition_keys())
+        run(harmony.candidate_pool, pools)
+    store = Storage("s3://data/post", endpoint_url=s3_env)
+    manifest = json.loads(store.read_bytes("posttrain_sample/pools/tool_use/manifest.json"))
+    assert manifest["rows"] > 0
+    assert store.size("posttrain_sample/pools/tool_use/part-00000.parquet") > 0

@@ -19,11 +19,12 @@ from pydantic import Field
 from nemotron_assets.assets.reporting import bad_input_fails_without_retry, emit_partition_results, histogram_markdown
 from nemotron_assets.blend import Blend
 from nemotron_assets.formats import megatron
-from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
+from nemotron_assets.layout import ShardKey, harmony_partitions_name, manifest_path, pretrain_dir, shard_prefix
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.shard_step import materialize_shard
 from nemotron_assets.pretrain.verify import verify_shard
 from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets.resources.wandb_lineage import WandbLineage, blend_outputs
 from nemotron_assets.sources.manifest import SCALES, SourceManifest, build_manifest
 from nemotron_assets.storage import Storage
 from nemotron_assets.tokenize.documents import DocumentOptions, cached_tokenizer
@@ -97,7 +98,9 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
             with bad_input_fails_without_retry():
                 manifest = build_manifest(blend, blend.entry(dataset), base_dir, max_rows=max_rows)
             store.write_bytes(manifest_path(name, dataset), manifest.to_bytes())
-            _register_shards(context.instance, shard_partitions.name, manifest)
+            partitions_name = (harmony_partitions_name(name) if blend.entry(dataset).family
+                               else shard_partitions.name)  # a family dataset takes the Harmony path
+            _register_shards(context.instance, partitions_name, manifest)
             context.log.info(f"{dataset}: {len(manifest.files)} file(s), {manifest.total_rows:,} rows, "
                              f"{len(manifest.shards)} shard(s)")
             per_partition[dataset] = _manifest_metadata(manifest, store.url(manifest_path(name, dataset)))
@@ -112,7 +115,8 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
         description="Tokenizes one shard of a dataset into a Megatron .bin/.idx pair (byte-identical to "
                     "Megatron-LM tools/preprocess_data.py --append-eod).",
     )
-    def pretrain_shard(context: dg.AssetExecutionContext, config: ShardConfig, storage: StorageResource):
+    def pretrain_shard(context: dg.AssetExecutionContext, config: ShardConfig, storage: StorageResource,
+                       lineage: WandbLineage):
         store = storage.get()
         with bad_input_fails_without_retry():
             tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision,
@@ -137,10 +141,11 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
             context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, "
                              f"{stats['tokens']:,} tokens")
             per_partition[partition] = _shard_metadata(outcome.status, outcome.receipt,
-                                                       store.url(shard_prefix(name, key)))
+                                                       store.url(shard_prefix(name, key)), outcome.seconds)
             totals["tokens"] += stats["tokens"]
             totals["documents"] += stats["documents"]
             totals[outcome.status] += 1
+        lineage.log_shards(context, store, name, list(per_partition.items()), manifests)
         yield from emit_partition_results(context, per_partition, {"shards": len(per_partition), **totals})
 
     @dg.multi_asset_check(
@@ -177,21 +182,24 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
         description="Megatron-Bridge blend.json (all splits) and the equivalent --data-path arguments; "
                     "lists only shards that exist and are non-empty.",
     )
-    def megatron_blend(context: dg.AssetExecutionContext, config: MegatronBlendConfig, storage: StorageResource):
+    def megatron_blend(context: dg.AssetExecutionContext, config: MegatronBlendConfig, storage: StorageResource,
+                       lineage: WandbLineage):
         store = storage.get()
-        manifests = {e.name: load_manifest(store, blend, e.name) for e in blend.entries()}
+        manifests = {e.name: load_manifest(store, blend, e.name) for e in blend.entries() if not e.family}
         files = build_blend_files(store, blend, manifests, allow_missing=config.allow_missing_shards)
         for relative, data in files.outputs.items():
             store.write_bytes(relative, data)
         data_path = files.outputs[f"{pretrain_dir(name)}/data_path.txt"].decode()
-        return dg.MaterializeResult(metadata={
+        metadata = {
             "blend_json": dg.MetadataValue.path(store.url(f"{pretrain_dir(name)}/blend.json")),
             "data_path": dg.MetadataValue.md(f"```\n{data_path}```"),
             "shards": dg.MetadataValue.int(files.shards_listed),
             "empty_shards_left_out": dg.MetadataValue.int(files.empty_left_out),
             "tokens_by_split": dg.MetadataValue.json(files.tokens_by_split),
             "blend": dg.MetadataValue.json(megatron.blend_json(files.splits)),
-        })
+        }
+        lineage.log_blend(context, store, name, metadata, blend_outputs(name), manifests)
+        return dg.MaterializeResult(metadata=metadata)
 
     return PretrainAssets(source_split, pretrain_shard, megatron_blend, shard_checks, dataset_partitions,
                           shard_partitions)
@@ -242,10 +250,11 @@ def _manifest_metadata(manifest: SourceManifest, url: str) -> dict:
     }
 
 
-def _shard_metadata(status: str, receipt: dict, prefix_url: str) -> dict:
+def _shard_metadata(status: str, receipt: dict, prefix_url: str, seconds: float = 0.0) -> dict:
     stats = receipt["stats"]
     return {
         "status": dg.MetadataValue.text(status),
+        "seconds": dg.MetadataValue.float(round(seconds, 3)),
         "prefix": dg.MetadataValue.path(prefix_url),
         "rows": dg.MetadataValue.int(stats["rows"]),
         "documents": dg.MetadataValue.int(stats["documents"]),

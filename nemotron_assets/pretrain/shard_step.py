@@ -10,6 +10,7 @@ At every instant the storage holds a finished shard, or a shard without a receip
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class ShardOutcome:
     key: ShardKey
     status: str  # "built" or "up to date"
     receipt: dict
+    seconds: float = 0.0  # wall time of this step (not in the receipt, whose bytes are deterministic)
 
 
 def shard_dtype(blend: Blend, tokenizer: LoadedTokenizer) -> DType:
@@ -68,11 +70,12 @@ def is_up_to_date(storage: Storage, prefix: str, receipt: dict | None, fingerpri
 def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, key: ShardKey,
                       tokenizer: LoadedTokenizer, force: bool = False,
                       log: Callable[[str], None] = print) -> ShardOutcome:
+    started = time.monotonic()
     prefix = shard_prefix(blend.name, key)
     fingerprint = input_fingerprint(blend, manifest, key, tokenizer)
     receipt = read_receipt(storage, prefix)
     if not force and is_up_to_date(storage, prefix, receipt, fingerprint):
-        return ShardOutcome(key, "up to date", receipt)
+        return ShardOutcome(key, "up to date", receipt, time.monotonic() - started)
     dtype = shard_dtype(blend, tokenizer)
     total_rows = manifest.shards[key.index].rows
 
@@ -103,7 +106,7 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
         storage.commit(folder / "shard.bin", f"{prefix}.bin")
         storage.commit(folder / "shard.idx", f"{prefix}.idx")
         storage.write_bytes(f"{prefix}.json", json.dumps(receipt, indent=1, sort_keys=True).encode())
-    return ShardOutcome(key, "built", receipt)
+    return ShardOutcome(key, "built", receipt, time.monotonic() - started)
 
 
 def _build_with_fallback(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer,

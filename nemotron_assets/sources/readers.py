@@ -163,11 +163,9 @@ def iter_text_batches(source: SourceFile, row_start: int, row_end: int, options:
         yield from _jsonl_batches(source, row_start, row_end, options, stats)
 
 
-def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
-                   stats: ReadStats) -> Iterator[list[str]]:
-    key = options.text_field
-    batch: list[str] = []
-    batch_bytes = 0
+def _jsonl_objects(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
+                   stats: ReadStats) -> Iterator[tuple[int, dict, int]]:
+    """(row, JSON object, line bytes) of rows ``[row_start, row_end)``; bad lines raise or are counted."""
     for row, line in enumerate(iter_lines(source, options)):
         if row < row_start:
             continue
@@ -183,6 +181,15 @@ def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: Re
             _bad_row(options, stats, source, row, NOT_AN_OBJECT,
                      f"expected a JSON object, got {type(record).__name__}")
             continue
+        yield row, record, len(line)
+
+
+def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
+                   stats: ReadStats) -> Iterator[list[str]]:
+    key = options.text_field
+    batch: list[str] = []
+    batch_bytes = 0
+    for row, record, size in _jsonl_objects(source, row_start, row_end, options, stats):
         if key not in record:
             _bad_row(options, stats, source, row, MISSING_FIELD, "missing", field_name=key)
             continue
@@ -192,7 +199,39 @@ def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: Re
                      f"expected a string, got {_json_type(text)}", field_name=key)
             continue
         batch.append(text)
-        batch_bytes += len(line)
+        batch_bytes += size
+        if batch_bytes >= options.batch_bytes:
+            yield batch
+            batch, batch_bytes = [], 0
+    if batch:
+        yield batch
+
+
+def iter_record_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
+                        stats: ReadStats) -> Iterator[list[tuple[int, dict]]]:
+    """Whole rows ``[row_start, row_end)`` as ``(row index in the file, dict)``, in order, in batches.
+
+    For post-training data, where a mapper needs every field of a row, not one text column.
+    """
+    if source.format == "parquet":
+        with open_raw(source.url, options.storage_options) as raw:
+            parquet = pq.ParquetFile(raw)
+            row = 0
+            for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+                start, end = max(row_start, row), min(row_end, row + record_batch.num_rows)
+                if start < end:
+                    rows = record_batch.slice(start - row, end - start).to_pylist()
+                    stats.rows += len(rows)
+                    yield list(zip(range(start, end), rows))
+                row += record_batch.num_rows
+                if row >= row_end:
+                    return
+        return
+    batch: list[tuple[int, dict]] = []
+    batch_bytes = 0
+    for row, record, size in _jsonl_objects(source, row_start, row_end, options, stats):
+        batch.append((row, record))
+        batch_bytes += size
         if batch_bytes >= options.batch_bytes:
             yield batch
             batch, batch_bytes = [], 0

@@ -1,0 +1,52 @@
+"""Candidate pools: named polars predicates over normalized, deduplicated Harmony rows (DESIGN.md §3).
+
+Every pool starts from the base filter (valid Harmony, a non-empty completion, a valid tool schema, not a
+duplicate) and adds its own condition. Pools overlap by design: a row can be in several. Thresholds are
+configuration (``PoolThresholds``); the predicates are plain polars expressions so a scan can push them
+down into the Parquet reader.
+"""
+
+from dataclasses import dataclass
+
+import polars as pl
+
+POOL_NAMES = (
+    "high_correctness", "mid_correctness", "low_correctness", "has_correctness_meta", "missing_correctness_meta",
+    "math_high_verified_correct", "tool_use", "proof", "reasoning_on", "reasoning_off", "capability_chat",
+    "capability_structured_outputs", "long_context",
+)
+
+
+@dataclass(frozen=True)
+class PoolThresholds:
+    high_correctness: float = 0.875  # correctness >= this is "high"
+    low_correctness: float = 0.25  # correctness <= this is "low"
+    long_context_tokens: int = 8192  # approx. tokens (chars / 4) >= this is "long context"
+
+
+BASE = (pl.col("quality_valid_harmony") & pl.col("quality_completion_nonempty")
+        & pl.col("quality_valid_tool_schema") & ~pl.col("quality_is_duplicate"))
+
+
+def pool_predicate(name: str, thresholds: PoolThresholds = PoolThresholds()) -> pl.Expr:
+    """The full filter of pool ``name``: the base filter and the pool's own condition."""
+    c = pl.col("meta_correctness")
+    conditions = {
+        "high_correctness": c >= thresholds.high_correctness,
+        "mid_correctness": (c > thresholds.low_correctness) & (c < thresholds.high_correctness),
+        "low_correctness": c <= thresholds.low_correctness,
+        "has_correctness_meta": c.is_not_null(),
+        "missing_correctness_meta": c.is_null(),
+        "math_high_verified_correct": (pl.col("meta_domain") == "math") & (c >= thresholds.high_correctness)
+        & (pl.col("meta_correct_count").fill_null(0) >= 1),
+        "tool_use": pl.col("quality_has_tool"),
+        "proof": pl.col("meta_domain") == "math_proof",
+        "reasoning_on": pl.col("source_reasoning") == "on",
+        "reasoning_off": pl.col("source_reasoning") == "off",
+        "capability_chat": pl.col("source_capability_target") == "chat",
+        "capability_structured_outputs": pl.col("source_capability_target") == "structured_outputs",
+        "long_context": pl.col("stats_approx_tokens") >= thresholds.long_context_tokens,
+    }
+    if name not in conditions:
+        raise KeyError(f"unknown pool {name!r} (pools: {', '.join(POOL_NAMES)})")
+    return BASE & conditions[name].fill_null(False)

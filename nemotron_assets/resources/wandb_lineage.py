@@ -1,0 +1,186 @@
+"""W&B lineage, optional: each materialization of a blend's shards or Megatron blend becomes a W&B run that
+logs an artifact (metadata + references to the output files) and declares the artifacts it used.
+
+    <blend>-<dataset>-source   type source-manifest   manifest.json of one dataset
+        -> used by the W&B run of each pretrain_shard Dagster run, which logs
+    <blend>-<dataset>-shards   type pretrain-shards   every finished shard of the dataset (.bin/.idx/.json)
+        -> used by the W&B run of megatron_blend, which logs
+    <blend>-megatron-blend     type megatron-blend    blend.json + data_path.txt
+
+Off by default (``NEMOTRON_WANDB=1`` or ``enabled=True`` turns it on); off, it does nothing and never imports
+wandb (``pip install -e '.[lineage]'``). Artifacts hold references, never copies: ``file://`` or ``s3://``
+URLs. Small local files (receipts, manifests, blend.json) are checksummed by W&B, so a rebuilt shard gives a
+new artifact version; ``.bin``/``.idx`` and every S3 object are referenced by URL only (W&B would read them
+whole, or call S3), their sha256 are in the metadata.
+
+An input is declared by re-building its artifact from the current files (same entries, so the same digest:
+W&B files it as the version the producing run logged) and using it. wandb refuses ``run.use_artifact`` in
+offline mode, so offline runs record the same thing the online call does for a new artifact: an artifact
+record marked ``use_after_commit``, which ``wandb sync`` turns into the "used by" link.
+
+    defs = dg.Definitions(..., resources={"lineage": WandbLineage(enabled=True, project="nemotron-assets")})
+"""
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import dagster as dg
+from pydantic import Field
+
+from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
+from nemotron_assets.storage import Storage
+
+ENABLE_VARIABLE = "NEMOTRON_WANDB"
+
+
+@dataclass(frozen=True)
+class Reference:
+    name: str  # path inside the artifact
+    url: str  # local path or s3:// URL
+    checksum: bool  # let W&B hash the file (small local files only)
+
+
+class WandbLineage(dg.ConfigurableResource):
+    enabled: bool = Field(False, description="Log W&B lineage artifacts (also: NEMOTRON_WANDB=1).")
+    project: str = Field("nemotron-assets", description="W&B project of the lineage runs.")
+    entity: str | None = Field(None, description="W&B entity (team or user); default: wandb's own.")
+    mode: str | None = Field(None, description="online, offline or disabled; default: wandb's (WANDB_MODE).")
+
+    @classmethod
+    def from_environment(cls) -> "WandbLineage":
+        """Enabled by ``NEMOTRON_WANDB=1``; project/entity from ``WANDB_PROJECT``/``WANDB_ENTITY`` if set."""
+        enabled = os.environ.get(ENABLE_VARIABLE, "").lower() in ("1", "true", "yes")
+        return cls(enabled=enabled, project=os.environ.get("WANDB_PROJECT", "nemotron-assets"),
+                   entity=os.environ.get("WANDB_ENTITY") or None)
+
+    def log_shards(self, context: dg.AssetExecutionContext, store: Storage, blend: str,
+                   shards: Sequence[tuple[str, dict]], manifests: dict) -> None:
+        """One W&B run for a pretrain_shard run: uses each touched dataset's source manifest and logs the
+        dataset's shards artifact. ``shards``: (partition key, metadata) of this run; ``manifests``:
+        dataset -> SourceManifest."""
+        if not self.enabled:
+            return
+        with self._run(context, blend, "pretrain_shard") as (run, use):
+            for dataset, manifest in manifests.items():
+                use(source_artifact(store, blend, dataset, manifest))
+                ran = {key: _plain(meta) for key, meta in shards if ShardKey.parse(key).dataset == dataset}
+                artifact = shards_artifact(store, blend, dataset, manifest)
+                artifact.metadata.update({"dagster_run_id": context.run_id, "shards_in_run": ran,
+                                          "tokens_in_run": sum(m.get("tokens", 0) for m in ran.values())})
+                run.log_artifact(artifact)
+
+    def log_blend(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
+                  outputs: Iterable[str], manifests: dict) -> None:
+        """One W&B run for a megatron_blend materialization: uses every dataset's shards artifact and logs the
+        blend artifact (``outputs``: paths relative to the storage root) with the materialization metadata."""
+        if not self.enabled:
+            return
+        import wandb
+
+        with self._run(context, blend, "megatron_blend") as (run, use):
+            for dataset, manifest in manifests.items():
+                use(shards_artifact(store, blend, dataset, manifest))
+            artifact = wandb.Artifact(_name(f"{blend}-megatron-blend"), type="megatron-blend",
+                                      metadata={"dagster_run_id": context.run_id, **_plain(metadata)})
+            _add(artifact, [_reference(store, relative, checksum=True) for relative in outputs])
+            run.log_artifact(artifact)
+
+    def _run(self, context: dg.AssetExecutionContext, blend: str, job_type: str):
+        import contextlib
+
+        import wandb
+
+        @contextlib.contextmanager
+        def run_context():
+            run = wandb.init(project=self.project, entity=self.entity, mode=self.mode, group=blend,
+                             job_type=job_type, name=f"{blend}-{job_type}-{context.run_id[:8]}",
+                             config={"blend": blend, "dagster_run_id": context.run_id, "asset": job_type},
+                             reinit="create_new",
+                             settings=wandb.Settings(silent=True, console="off", save_code=False,
+                                                     x_disable_stats=True, x_disable_machine_info=True))
+
+            def use(artifact) -> None:
+                if run.offline:
+                    run._log_artifact(artifact, is_user_created=True, use_after_commit=True)
+                else:
+                    run.use_artifact(artifact)
+
+            try:
+                yield run, use
+            finally:
+                run.finish()
+            context.log.info(f"W&B lineage: {job_type} run {run.id} ({'offline' if run.offline else run.url})")
+
+        return run_context()
+
+
+def source_artifact(store: Storage, blend: str, dataset: str, manifest):
+    import wandb
+
+    artifact = wandb.Artifact(_name(f"{blend}-{dataset}-source"), type="source-manifest", metadata={
+        "dataset": dataset, "rows": manifest.total_rows, "bytes": manifest.total_bytes,
+        "files": [f.url for f in manifest.files[:100]], "shards": len(manifest.shards),
+        "revision": manifest.revision or ""})
+    _add(artifact, [_reference(store, manifest_path(blend, dataset), checksum=True)])
+    return artifact
+
+
+def shards_artifact(store: Storage, blend: str, dataset: str, manifest):
+    """Every finished shard of a dataset (receipt present), as references; metadata from the receipts."""
+    import wandb
+
+    references, receipts = [], {}
+    for shard in manifest.shards:
+        prefix = shard_prefix(blend, ShardKey(dataset, shard.index))
+        if not store.exists(f"{prefix}.json"):
+            continue
+        stats = json.loads(store.read_bytes(f"{prefix}.json"))["stats"]
+        receipts[str(ShardKey(dataset, shard.index))] = {k: stats[k] for k in (
+            "documents", "tokens", "bin_bytes", "idx_bytes", "bin_sha256", "idx_sha256")}
+        references += [_reference(store, f"{prefix}.json", checksum=True),
+                       _reference(store, f"{prefix}.bin", checksum=False),
+                       _reference(store, f"{prefix}.idx", checksum=False)]
+    artifact = wandb.Artifact(_name(f"{blend}-{dataset}-shards"), type="pretrain-shards", metadata={
+        "dataset": dataset, "shards_planned": len(manifest.shards), "shards_done": len(receipts),
+        "tokens": sum(r["tokens"] for r in receipts.values()), "shards": receipts})
+    _add(artifact, references)
+    return artifact
+
+
+def blend_outputs(blend: str) -> list[str]:
+    return [f"{pretrain_dir(blend)}/blend.json", f"{pretrain_dir(blend)}/data_path.txt"]
+
+
+def _reference(store: Storage, relative: str, checksum: bool) -> Reference:
+    url = store.url(relative)
+    if store.is_s3:
+        return Reference(relative, url, checksum=False)
+    return Reference(relative, f"file://{url}", checksum=checksum)
+
+
+def _add(artifact, references: Iterable[Reference]) -> None:
+    for ref in references:
+        artifact.add_reference(ref.url, name=ref.name, checksum=ref.checksum)
+
+
+def _name(name: str) -> str:
+    """W&B artifact names allow letters, digits, '-', '_' and '.'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:128]
+
+
+def _plain(metadata: dict) -> dict:
+    """Dagster metadata (MetadataValue or plain) as JSON-able values."""
+    plain = {}
+    for key, value in metadata.items():
+        value = getattr(value, "value", value)
+        if hasattr(value, "to_dict"):
+            value = value.to_dict()
+        try:
+            json.dumps(value)
+        except TypeError:
+            value = str(value)
+        plain[key] = value
+    return plain

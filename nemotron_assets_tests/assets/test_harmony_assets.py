@@ -1,0 +1,168 @@
+"""The post-training path through a real Dagster instance: raw family rows -> Harmony shards -> dedup -> pools."""
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from nemotron_assets.assets.harmony import build_harmony_assets
+from nemotron_assets.assets.pretrain import build_pretrain_assets
+from nemotron_assets.blend import load_blend
+from nemotron_assets.formats.harmony import validate_harmony
+from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets_tests.conftest import REPO
+
+SAMPLE = REPO / "blends" / "posttrain_sample.yaml"
+
+
+class Pipeline:
+    """The blend's source split and Harmony assets, run the way a backfill would."""
+
+    def __init__(self, blend_file: Path, root: Path, instance: dg.DagsterInstance, **overrides) -> None:
+        blend = load_blend(blend_file)
+        self.blend = blend.model_copy(update=overrides) if overrides else blend
+        pretrain = build_pretrain_assets(self.blend, blend_file)
+        self.harmony = build_harmony_assets(self.blend, pretrain.source_split)
+        self.source_split = pretrain.source_split
+        self.root, self.instance = root, instance
+        self.definitions = [pretrain.source_split, *self.harmony.definitions]
+
+    def run(self, asset, partitions=None, raise_on_error=True):
+        selection = asset if isinstance(asset, dg.AssetSelection) else [asset.key]
+        storage = StorageResource(root=str(self.root))
+        return dg.materialize(self.definitions, selection=selection, instance=self.instance, tags=_range(partitions),
+                              raise_on_error=raise_on_error, resources={"storage": storage})
+
+    def shard_keys(self) -> list[str]:
+        return self.instance.get_dynamic_partitions(self.harmony.shard_partitions.name)
+
+    def all(self, shard_order=None) -> None:
+        self.run(self.source_split, [e.name for e in self.blend.entries()])
+        for key in shard_order(self.shard_keys()) if shard_order else [self.shard_keys()]:
+            self.run(self.harmony.harmony_shard, key if isinstance(key, list) else [key])
+        self.run(self.harmony.harmony_dedup, self.harmony.family_partitions.get_partition_keys())
+        pools = self.harmony.candidate_pool.partitions_def.get_partition_keys()
+        self.run(self.harmony.candidate_pool, pools)
+        self.run(self.harmony.embedding_view, pools)
+        self.run(self.harmony.behavior_report)
+
+
+def _range(partitions):
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    if not partitions:
+        return {}
+    return {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The sample post-training blend materialized once (every asset), for the tests that only read it."""
+    with dg.instance_for_test() as instance:
+        pipeline = Pipeline(SAMPLE, tmp_path_factory.mktemp("built"), instance)
+        pipeline.all()
+        yield pipeline
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for _ in path.open("rb"))
+
+
+def test_every_family_becomes_harmony_rows_and_unreadable_rows_are_counted(built):
+    pipeline, tmp_path = built, built.root
+    for entry in pipeline.blend.entries():
+        shard = tmp_path / "posttrain_sample" / "harmony" / entry.name / "shard_00000"
+        table = pq.read_table(f"{shard}.parquet")
+        receipt = json.loads(Path(f"{shard}.json").read_text())["stats"]
+        source_rows = _lines(SAMPLE.parent / entry.path)
+        assert receipt["rows"] == source_rows
+        assert table.num_rows == source_rows - sum(receipt["dropped"].values())  # nothing lost silently
+        for row in table.to_pylist():
+            assert row["dataset"] == entry.name
+            if row["quality_valid_harmony"]:
+                assert validate_harmony(row["text"]) == [], row["text"][:200]
+
+
+def test_dedup_removes_the_repeated_row_and_pools_hold_each_id_once(built):
+    out = built.root / "posttrain_sample"
+    duplicates = pq.read_table(out / "harmony" / "nemotron_math_v2" / "duplicates.parquet").to_pylist()
+    shard = pq.read_table(out / "harmony" / "nemotron_math_v2" / "shard_00000.parquet").to_pylist()
+    assert len(duplicates) == 1
+    first = next(i for i, row in enumerate(shard) if row["id"] == duplicates[0]["id"])
+    assert first < duplicates[0]["row"]  # the first occurrence wins
+    with_meta = pq.read_table(out / "pools" / "has_correctness_meta" / "part-00000.parquet").to_pylist()
+    without = pq.read_table(out / "pools" / "missing_correctness_meta" / "part-00000.parquet").to_pylist()
+    ids = [row["id"] for row in with_meta + without]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize(("pool", "holds"), [
+    ("high_correctness", lambda r: r["meta_correctness"] is not None and r["meta_correctness"] >= 0.875),
+    ("low_correctness", lambda r: r["meta_correctness"] is not None and r["meta_correctness"] <= 0.25),
+    ("tool_use", lambda r: r["meta_tool_call_count"] > 0),
+    ("proof", lambda r: r["meta_domain"] == "math_proof"),
+    ("reasoning_off", lambda r: r["source_reasoning"] == "off"),
+])
+def test_pool_rows_satisfy_the_pool_and_the_base_filter(built, pool, holds):
+    folder = built.root / "posttrain_sample" / "pools" / pool
+    rows = pq.read_table(folder / "part-00000.parquet").to_pylist()
+    assert rows, f"the sample should put something in {pool}"
+    for row in rows:
+        assert holds(row)
+        assert row["quality_valid_harmony"] and row["quality_completion_nonempty"] and not row["quality_is_duplicate"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["rows"] == len(rows) == sum(manifest["rows_by_dataset"].values())
+
+
+def test_shards_built_one_by_one_in_reverse_order_give_the_same_dedup_and_pools(built, tmp_path):
+    with dg.instance_for_test() as fresh:
+        Pipeline(SAMPLE, tmp_path, fresh).all(shard_order=lambda keys: list(reversed(keys)))
+    results = [sorted((p.relative_to(root).as_posix(), p.read_bytes()) for p in root.rglob("*.parquet"))
+               for root in (built.root, tmp_path)]
+    assert results[0] == results[1] and len(results[0]) > 20
+
+
+def test_checks_pass_on_the_sample(built):
+    pipeline = built
+    checks = dg.AssetSelection.checks_for_assets(pipeline.harmony.candidate_pool)
+    result = pipeline.run(checks, ["tool_use"])
+    evaluations = result.get_asset_check_evaluations()
+    assert [e.check_name for e in evaluations] == ["rows_satisfy_predicate"] and evaluations[0].passed
+
+
+def test_unreadable_row_fails_naming_dataset_file_line_and_field(tmp_path, instance):
+    blends = tmp_path / "blends"
+    shutil.copytree(REPO / "blends", blends)
+    pipeline = Pipeline(blends / "posttrain_sample.yaml", tmp_path / "out", instance, on_error="raise")
+    pipeline.run(pipeline.source_split, ["nemotron_math_v2"])
+    result = pipeline.run(pipeline.harmony.harmony_shard, ["nemotron_math_v2/shard_00000"], raise_on_error=False)
+    assert not result.success
+    error = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
+    message = str(error.cause or error)
+    assert "dataset 'nemotron_math_v2'" in message and "nemotron_math_v2.jsonl:4" in message
+    assert "field 'messages'" in message
+    assert not (tmp_path / "out" / "posttrain_sample" / "harmony" / "nemotron_math_v2").exists()
+
+
+def test_unknown_family_is_refused_when_the_blend_is_loaded(tmp_path):
+    from nemotron_assets.errors import InputError
+
+    (tmp_path / "b.yaml").write_text("datasets:\n  - {name: x, path: x.jsonl, family: nemotron_mystery}\n")
+    with pytest.raises(InputError, match="unknown family 'nemotron_mystery'"):
+        load_blend(tmp_path / "b.yaml")
+
+
+def test_embedding_views_have_one_row_per_pool_row_and_the_report_counts_tool_use(built):
+    out = built.root / "posttrain_sample"
+    pool = pq.read_table(out / "pools" / "tool_use" / "part-00000.parquet").to_pylist()
+    for view in ("prompt", "reasoning_excerpt", "behavior"):
+        rows = pq.read_table(out / "embedding" / view / "tool_use" / "part-00000.parquet").to_pylist()
+        assert [r["id"] for r in rows] == [r["id"] for r in pool]
+        assert all(r["word_count"] == len(r["embed_text"].split()) for r in rows)
+    behaviors = pq.read_table(out / "embedding" / "behavior" / "tool_use" / "part-00000.parquet").to_pylist()
+    assert all("calls: 0" not in r["embed_text"] for r in behaviors)
+    report = (out / "embedding" / "behavior_report.md").read_text()
+    assert f"| tool_use | {len(pool)} | {len(pool)} |" in report
