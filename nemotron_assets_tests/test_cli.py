@@ -88,3 +88,15 @@ def test_bad_line_fails_once_with_the_located_message_and_exit_status_1(cli_env,
     assert f"FAILED: bad__pretrain_shard: dataset 'bad': {blends / 'bad.jsonl'}:2: malformed JSON" in done.stderr
     assert "RETRY" not in done.stderr  # bad input is not retried
     assert not list((tmp_path / "data" / "bad" / "pretrain").rglob("shard_*"))
+
+
+def test_dagster_cli_partition_range_backfills_single_run_assets_and_refuses_multi_run_ones(cli_env, tmp_path):
+    done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
+                 "--select", "sample/source_split", "--partition-range", "wiki...reference_test"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifests = sorted(p.parent.name for p in (tmp_path / "data" / "sample" / "sources").glob("*/manifest.json"))
+    assert manifests == ["code", "reference", "reference_test", "wiki", "wiki_valid"]  # one run, every dataset
+    refused = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
+                    "--select", "sample/pretrain_shard", "--partition-range", "wiki/shard_00000...code/shard_00000"],
+                   cli_env)
+    assert refused.returncode != 0 and "BackfillPolicy.single_run()" in refused.stderr
