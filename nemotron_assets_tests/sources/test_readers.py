@@ -555,3 +555,18 @@ def test_parquet_row_ranges_stream_across_record_batches(tmp_path):
     options = ReadOptions(dataset="big")
     got = [t for batch in iter_text_batches(source, 4095, 8193, options, ReadStats()) for t in batch]
     assert got == texts[4095:8193]
+
+
+def test_whole_row_reader_names_the_line_of_non_utf8_and_truncated_json_or_counts_them(tmp_path):
+    from nemotron_assets.sources.readers import iter_record_batches
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": "\xff\xfe"}\n{"a": 3}\n{"a": [1, 2\n')
+    source = SourceFile(str(path), path.stat().st_size, "jsonl", None, 4)
+    with pytest.raises(InputError, match=r"rows\.jsonl:2: invalid UTF-8"):
+        list(iter_record_batches(source, 0, 4, ReadOptions(dataset="d"), ReadStats()))
+    stats = ReadStats()
+    rows = [r for batch in iter_record_batches(source, 0, 4, ReadOptions(dataset="d", on_error="skip"), stats)
+            for r in batch]
+    assert rows == [(0, {"a": 1}), (2, {"a": 3})]
+    assert dict(stats.dropped) == {"invalid_utf8": 1, "malformed_json": 1} and stats.rows == 4
