@@ -83,7 +83,7 @@ def materialize(args: argparse.Namespace) -> int:
 
     from nemotron_assets.assets.pretrain import SHARDS_PER_RUN
     from nemotron_assets.blend import discover_blends
-    from nemotron_assets.layout import ShardKey
+    from nemotron_assets.layout import ShardKey, harmony_partitions_name, pretrain_partitions_name
     from nemotron_assets.posttrain.pools import POOL_NAMES
     from nemotron_assets.runner import contiguous_ranges, load_repository
 
@@ -134,9 +134,9 @@ def materialize(args: argparse.Namespace) -> int:
 
     steps = {
         "source_split": lambda: run("source_split", [dataset] if dataset else text_datasets + family_datasets),
-        "pretrain_shard": lambda: run_shards("pretrain_shard", f"{blend_name}__pretrain_shards"),
+        "pretrain_shard": lambda: run_shards("pretrain_shard", pretrain_partitions_name(blend_name)),
         "megatron_blend": lambda: run("megatron_blend", None),
-        "harmony_shard": lambda: run_shards("harmony_shard", f"{blend_name}__harmony_shards"),
+        "harmony_shard": lambda: run_shards("harmony_shard", harmony_partitions_name(blend_name)),
         "harmony_dedup": lambda: run("harmony_dedup", [dataset] if dataset else family_datasets),
         "candidate_pool": lambda: run("candidate_pool", list(POOL_NAMES)),
         "embedding_view": lambda: run("embedding_view", list(POOL_NAMES)),

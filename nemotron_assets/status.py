@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import dagster as dg
 
 from nemotron_assets.blend import Blend
-from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
+from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, pretrain_partitions_name, shard_prefix
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.verify import verify_shard
 from nemotron_assets.sources.manifest import SourceManifest
@@ -83,7 +83,7 @@ def read_history(instance: dg.DagsterInstance, blend: str, keys: list[str],
     """Failed partitions (and the latest metadata) of ``<blend>/pretrain_shard``, named as assets/pretrain.py
     names them; building the assets just for their names would cost a load and its warnings."""
     shard_asset = dg.AssetKey([blend, "pretrain_shard"])
-    partitions = dg.DynamicPartitionsDefinition(name=f"{blend}__pretrain_shards")
+    partitions = dg.DynamicPartitionsDefinition(name=pretrain_partitions_name(blend))
     statuses = partition_statuses(instance, shard_asset, partitions, keys)
     metadata = latest_metadata(instance, shard_asset, keys) if with_metadata else {}
     return ShardHistory(frozenset(k for k, s in statuses.items() if s == "FAILED"), metadata)

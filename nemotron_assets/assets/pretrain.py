@@ -19,7 +19,14 @@ from pydantic import Field
 from nemotron_assets.assets.reporting import bad_input_fails_without_retry, emit_partition_results, histogram_markdown
 from nemotron_assets.blend import Blend
 from nemotron_assets.formats import megatron
-from nemotron_assets.layout import ShardKey, harmony_partitions_name, manifest_path, pretrain_dir, shard_prefix
+from nemotron_assets.layout import (
+    ShardKey,
+    harmony_partitions_name,
+    manifest_path,
+    pretrain_dir,
+    pretrain_partitions_name,
+    shard_prefix,
+)
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.shard_step import materialize_shard
 from nemotron_assets.pretrain.verify import verify_shard
@@ -78,7 +85,7 @@ def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
     """Assets, checks and partitions of one blend; keys are prefixed and grouped by the blend name."""
     name = blend.name
     dataset_partitions = dg.StaticPartitionsDefinition([e.name for e in blend.entries()])
-    shard_partitions = dg.DynamicPartitionsDefinition(name=f"{name}__pretrain_shards")
+    shard_partitions = dg.DynamicPartitionsDefinition(name=pretrain_partitions_name(name))
     base_dir = blend_file.parent
 
     @dg.asset(
