@@ -225,7 +225,7 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition) -> Har
             expected = receipt["rows"] - sum(receipt["dropped"].values())
             if stored != expected:
                 problems.append(f"{partition}: {stored} rows stored, {expected} expected")
-        return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
+        return _check_result(problems)
 
     @dg.asset_check(asset=harmony_dedup, name="ids_unique_after_dedup", partitions_def=family_partitions,
                     description="after removing the duplicates, every id occurs once")
@@ -237,7 +237,7 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition) -> Har
                 pl.col("n") > 1).collect()
             if len(kept):
                 problems.append(f"{dataset}: {len(kept)} id(s) still repeated")
-        return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
+        return _check_result(problems)
 
     @dg.asset_check(asset=candidate_pool, name="rows_satisfy_predicate", partitions_def=pool_partitions,
                     description="every row of the pool satisfies the pool's predicate")
@@ -252,10 +252,15 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition) -> Har
                    .filter(~predicate).select(pl.len()).collect().item())
             if bad:
                 problems.append(f"{pool}: {bad} row(s) outside the predicate")
-        return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
+        return _check_result(problems)
 
     return HarmonyAssets(harmony_shard, harmony_dedup, candidate_pool, embedding_view, behavior_report,
                          [rows_match_source, ids_unique, rows_satisfy], family_partitions, shard_partitions)
+
+
+def _check_result(problems: list[str]) -> dg.AssetCheckResult:
+    """Passed when nothing is wrong; the problems, one per line, as metadata either way."""
+    return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
 
 
 def _check_keys(context: dg.AssetCheckExecutionContext) -> list[str]:
