@@ -117,10 +117,15 @@ class BlendStatus:
         return sum(len(v) if isinstance(v, list) else v for v in values)
 
 
+def pretrain_entries(blend: Blend) -> list:
+    """The datasets on the pretraining path (a ``family`` dataset takes the Harmony path, checked by its assets)."""
+    return [entry for entry in blend.entries() if not entry.family]
+
+
 def read_plans(store: Storage, blend: Blend) -> dict[str, SourceManifest | Problem]:
-    """Each dataset's manifest, or the problem that stands in for it (which file, what to run)."""
+    """Each pretraining dataset's manifest, or the problem that stands in for it (which file, what to run)."""
     plans: dict[str, SourceManifest | Problem] = {}
-    for entry in blend.entries():
+    for entry in pretrain_entries(blend):
         path = manifest_path(blend.name, entry.name)
         if not store.exists(path):
             plans[entry.name] = Problem(store.url(path), f"does not exist: materialize {blend.name}/source_split "
@@ -158,7 +163,7 @@ def shard_done(store: Storage, blend: str, manifest: SourceManifest, index: int)
 def blend_status(store: Storage, blend: Blend, plans: dict[str, SourceManifest | Problem],
                  history: ShardHistory) -> BlendStatus:
     datasets = []
-    for entry in blend.entries():
+    for entry in pretrain_entries(blend):
         plan = plans[entry.name]
         status = DatasetStatus(entry.name, blend.split_of(entry.name), 0, 0, [], [], 0, 0, 0,
                                store.url(f"{pretrain_dir(blend.name)}/{entry.name}"))
@@ -186,6 +191,9 @@ def blend_status(store: Storage, blend: Blend, plans: dict[str, SourceManifest |
 
 def format_status(report: BlendStatus) -> str:
     """A fixed-width table per blend, then the keys of missing and failed shards."""
+    if not report.datasets:
+        return (f"blend {report.blend}: no pretraining datasets (its family datasets take the Harmony path; "
+                "their asset checks cover them)")
     header = ("dataset", "split", "planned", "done", "missing", "failed", "tokens", "rows")
     rows = [(d.dataset, d.split, d.planned, d.done, len(d.missing), len(d.failed), d.tokens, d.rows)
             for d in report.datasets]
@@ -315,6 +323,8 @@ def verify_blend(store: Storage, blend: Blend, plans: dict[str, SourceManifest |
         for shard in plan.shards:
             recorded = history.metadata.get(str(ShardKey(name, shard.index)))
             problems.extend(verify_shard_files(store, blend.name, plan, shard.index, recorded))
+    if not plans:
+        return problems  # no pretraining datasets: there is no blend.json to check
     return problems + verify_blend_files(store, blend, plans)
 
 

@@ -136,3 +136,15 @@ def test_unknown_blend_is_an_error_naming_the_known_ones(env):
     with pytest.raises(SystemExit, match="no blend 'nosuch'.*sample"):
         main(["status", "nosuch"])
 
+
+
+def test_status_and_verify_leave_family_datasets_to_the_harmony_path(monkeypatch, tmp_path, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "dagster_home" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("NEMOTRON_DATA_ROOT", str(tmp_path / "data"))
+    monkeypatch.setenv("NEMOTRON_BLENDS_DIR", str(REPO / "blends"))
+    assert main(["status", "posttrain_sample"]) == 0
+    assert "no pretraining datasets" in capsys.readouterr().out
+    assert main(["verify", "posttrain_sample"]) == 0
