@@ -184,11 +184,29 @@ def _jsonl_objects(source: SourceFile, row_start: int, row_end: int, options: Re
         yield row, record, len(line)
 
 
+def _batched(sized_items: Iterator[tuple[object, int]], limit: int) -> Iterator[list]:
+    """Group items (each with its size in bytes) into lists of about ``limit`` bytes, in order."""
+    batch: list = []
+    batch_bytes = 0
+    for item, size in sized_items:
+        batch.append(item)
+        batch_bytes += size
+        if batch_bytes >= limit:
+            yield batch
+            batch, batch_bytes = [], 0
+    if batch:
+        yield batch
+
+
 def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
                    stats: ReadStats) -> Iterator[list[str]]:
+    yield from _batched(_jsonl_texts(source, row_start, row_end, options, stats), options.batch_bytes)
+
+
+def _jsonl_texts(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
+                 stats: ReadStats) -> Iterator[tuple[str, int]]:
+    """(text, line bytes) of each row whose text field is a string; other rows raise or are counted."""
     key = options.text_field
-    batch: list[str] = []
-    batch_bytes = 0
     for row, record, size in _jsonl_objects(source, row_start, row_end, options, stats):
         if key not in record:
             _bad_row(options, stats, source, row, MISSING_FIELD, "missing", field_name=key)
@@ -198,13 +216,7 @@ def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: Re
             _bad_row(options, stats, source, row, NON_STRING_TEXT,
                      f"expected a string, got {_json_type(text)}", field_name=key)
             continue
-        batch.append(text)
-        batch_bytes += size
-        if batch_bytes >= options.batch_bytes:
-            yield batch
-            batch, batch_bytes = [], 0
-    if batch:
-        yield batch
+        yield text, size
 
 
 def iter_record_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
@@ -227,16 +239,8 @@ def iter_record_batches(source: SourceFile, row_start: int, row_end: int, option
                 if row >= row_end:
                     return
         return
-    batch: list[tuple[int, dict]] = []
-    batch_bytes = 0
-    for row, record, size in _jsonl_objects(source, row_start, row_end, options, stats):
-        batch.append((row, record))
-        batch_bytes += size
-        if batch_bytes >= options.batch_bytes:
-            yield batch
-            batch, batch_bytes = [], 0
-    if batch:
-        yield batch
+    rows = _jsonl_objects(source, row_start, row_end, options, stats)
+    yield from _batched((((row, record), size) for row, record, size in rows), options.batch_bytes)
 
 
 def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> tuple[str, str]:
