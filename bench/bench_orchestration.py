@@ -26,6 +26,8 @@ import argparse
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,27 +41,38 @@ WORDS_PER_ROW = 1000
 
 
 def make_blend(work: Path, shards: int, rows_per_shard: int) -> Path:
-    """blends/bench.yaml over one generated JSONL file of ``shards * rows_per_shard`` rows."""
+    """blends/bench.yaml over ``shards`` identical JSONL files of ``rows_per_shard`` rows, one file per shard.
+
+    The files are hard links of one generated file: every shard reads and tokenizes its own file as usual,
+    but 64 shards of >= 30 s need ~15 GB of text, which would take longer to write than to tokenize.
+    """
     rng = random.Random(0)
     vocabulary = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
                   for _ in range(5000)]
     blends = work / "blends"
-    blends.mkdir(parents=True)
-    with open(blends / "corpus.jsonl", "w") as f:
-        for _ in range(shards * rows_per_shard):
+    corpus = blends / "corpus"
+    corpus.mkdir(parents=True)
+    first = corpus / "part_00000.jsonl"
+    with open(first, "w") as f:
+        for _ in range(rows_per_shard):
             f.write(json.dumps({"text": " ".join(rng.choices(vocabulary, k=WORDS_PER_ROW))}) + "\n")
+    for index in range(1, shards):
+        os.link(first, corpus / f"part_{index:05d}.jsonl")
     (blends / f"{BLEND}.yaml").write_text(json.dumps({
         "tokenizer_model": "llama3", "add_eos": True,
-        "train": [{"name": "corpus", "path": "corpus.jsonl", "num_shards": shards}]}))
+        "train": [{"name": "corpus", "path": "corpus/*.jsonl", "num_shards": shards}]}))
     return blends
 
 
 def make_home(work: Path, name: str, concurrent_runs: int = 1) -> Path:
+    """A fresh DAGSTER_HOME with the repository's dagster_home/dagster.yaml, runs limited to ``concurrent_runs``."""
     home = work / name
     (home / ".nux").mkdir(parents=True)
-    (home / "dagster.yaml").write_text(
-        "telemetry:\n  enabled: false\n"
-        f"concurrency:\n  runs:\n    max_concurrent_runs: {concurrent_runs}\n")
+    shipped = (REPO / "dagster_home" / "dagster.yaml").read_text()
+    limited = re.sub(r"max_concurrent_runs: \d+", f"max_concurrent_runs: {concurrent_runs}", shipped)
+    if limited == shipped and f"max_concurrent_runs: {concurrent_runs}" not in shipped:
+        raise SystemExit("dagster_home/dagster.yaml has no concurrency.runs.max_concurrent_runs to override")
+    (home / "dagster.yaml").write_text(limited)
     return home
 
 
@@ -89,9 +102,13 @@ with dg.DagsterInstance.get() as instance:
     seconds = [r.asset_materialization.metadata["seconds"].value for r in records]
     statuses = [r.asset_materialization.metadata["status"].value for r in records]
     tokens = sum(r.asset_materialization.metadata["tokens"].value for r in records)
+    run_records = instance.get_run_records(dg.RunsFilter(run_ids=list(runs)))
+    starts = [r.start_time for r in run_records if r.start_time]
+    ends = [r.end_time for r in run_records if r.end_time]
     print(json.dumps({"runs": len(runs), "shards": len(records), "compute_s": sum(seconds),
                       "max_shard_s": max(seconds), "min_shard_s": min(seconds), "tokens": tokens,
-                      "built": statuses.count("built")}))
+                      "built": statuses.count("built"),
+                      "first_run_start": min(starts), "last_run_end": max(ends)}))
 """
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True)
     if out.returncode != 0:
@@ -122,14 +139,15 @@ with dg.DagsterInstance.get() as instance:
         asset_selection=[key], backfill_timestamp=time.time(), tags={}, dynamic_partitions_store=instance,
         all_partitions=False, title="bench", description=None,
         run_config={"ops": {op: {"config": {"tokenizer_backend": backend}}}})
-    started = time.monotonic()
+    submitted, started = time.time(), time.monotonic()
     instance.add_backfill(backfill)
     while True:
         status = instance.get_backfill(backfill.backfill_id).status
         if status != BulkActionStatus.REQUESTED:
             break
         time.sleep(0.2)
-    print(json.dumps({"wall_s": time.monotonic() - started, "status": str(status)}))
+    print(json.dumps({"wall_s": time.monotonic() - started, "status": str(status), "submitted": submitted,
+                      "finished": time.time()}))
 """
 
 
@@ -157,7 +175,12 @@ def run_daemon(work: Path, blends: Path, args) -> dict:
         except subprocess.TimeoutExpired:
             os.killpg(daemon.pid, signal.SIGKILL)
         log.close()
-    return {"path": "daemon", **result, **shard_report(env)}
+    report = shard_report(env)
+    # The backfill daemon wakes every 30 s (fixed in Dagster): it creates the runs at its next tick after the
+    # submission, and marks the backfill done at its next tick after the last run.
+    report["before_first_run_s"] = report["first_run_start"] - result["submitted"]
+    report["after_last_run_s"] = result["finished"] - report["last_run_end"]
+    return {"path": "daemon", **result, **report}
 
 
 def main() -> int:
@@ -170,16 +193,20 @@ def main() -> int:
     parser.add_argument("--daemon-warmup", type=float, default=10.0, help="seconds to let the daemon start")
     parser.add_argument("--timeout", type=float, default=7200.0)
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--keep-outputs", action="store_true", help="keep each path's data folder")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="nemotron-orch-"))
     blends = make_blend(work, args.shards, args.rows_per_shard)
-    print(f"work folder {work}: {args.shards} shards x {args.rows_per_shard} rows "
-          f"({(blends / 'corpus.jsonl').stat().st_size / 1e6:.0f} MB), backend {args.tokenizer_backend}")
+    megabytes = args.shards * (blends / "corpus" / "part_00000.jsonl").stat().st_size / 1e6
+    print(f"work folder {work}: {args.shards} shards x {args.rows_per_shard} rows ({megabytes:.0f} MB), "
+          f"backend {args.tokenizer_backend}")
     runners = {"cli": run_cli, "daemon": run_daemon}
     results = []
     for path in args.paths.split(","):
         result = runners[path](work, blends, args)
+        if not args.keep_outputs:  # 64 shards of >= 30 s are ~15 GB of .bin per path
+            shutil.rmtree(work / f"data_{path}", ignore_errors=True)
         result["overhead_s"] = result["wall_s"] - result["compute_s"]
         result["overhead_pct"] = 100 * result["overhead_s"] / result["wall_s"]
         result["shards_per_run"] = result["shards"] / result["runs"]
@@ -190,6 +217,10 @@ def main() -> int:
               f"= {result['overhead_pct']:5.1f} %  runs {result['runs']} for {result['shards']} shards "
               f"({result['shards_per_run']:.0f} shards/run)  built {result['built']}  tokens {result['tokens']:,}",
               flush=True)
+        if path == "daemon":
+            print(f"        of the overhead: {result['before_first_run_s']:.1f} s from submission to the first run's "
+                  f"start, {result['after_last_run_s']:.1f} s from the last run's end to the backfill's completion",
+                  flush=True)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=1))
     return 0

@@ -15,6 +15,7 @@ from nemotron_assets.assets.harmony import build_harmony_assets
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
 from nemotron_assets.automation import blend_automation
 from nemotron_assets.blend import discover_blends
+from nemotron_assets.executor import executor
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage
 
@@ -40,6 +41,7 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
         resources={"storage": storage, "lineage": WandbLineage.from_environment()},
         sensors=sensors,
         schedules=schedules,
+        executor=executor,
     )
 
 

@@ -1,0 +1,56 @@
+"""The code location's executor forks step processes from a fork server unless the run config says otherwise.
+
+Each case runs a real job on a real sqlite instance; the step reports its parent process, read from /proc: a
+fork server's command line names ``multiprocessing.forkserver``, a spawned step's parent is the run process
+(here the test process itself, since ``execute_job`` orchestrates in-process).
+"""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nemotron_assets.executor import executor
+
+
+@dg.asset
+def step_parent() -> dg.MaterializeResult:
+    parent = os.getppid()
+    command_line = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return dg.MaterializeResult(metadata={"parent_pid": parent, "parent_command_line": command_line,
+                                          "step_pid": os.getpid()})
+
+
+def probe_job() -> dg.JobDefinition:
+    defs = dg.Definitions(assets=[step_parent], jobs=[dg.define_asset_job("probe", [step_parent])],
+                          executor=executor)
+    return defs.resolve_job_def("probe")
+
+
+def _step_metadata(tmp_path: Path, execution: dict | None) -> dict:
+    run_config = {"execution": {"config": execution}} if execution is not None else {}
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        with dg.execute_job(dg.reconstructable(probe_job), instance=instance, run_config=run_config) as result:
+            assert result.success
+            [materialization] = result.asset_materializations_for_node("step_parent")
+    return {key: value.value for key, value in materialization.metadata.items()}
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+def test_steps_fork_from_a_fork_server_by_default(tmp_path):
+    metadata = _step_metadata(tmp_path, None)
+    assert "multiprocessing.forkserver" in metadata["parent_command_line"]
+    assert metadata["step_pid"] != os.getpid()
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+def test_run_config_can_choose_spawn(tmp_path):
+    metadata = _step_metadata(tmp_path, {"multiprocess": {"start_method": {"spawn": {}}}})
+    assert "multiprocessing.forkserver" not in metadata["parent_command_line"]
+    assert metadata["parent_pid"] == os.getpid()
+
+
+def test_run_config_can_choose_in_process(tmp_path):
+    metadata = _step_metadata(tmp_path, {"in_process": {}})
+    assert metadata["step_pid"] == os.getpid()
