@@ -1,10 +1,11 @@
 """One storage root, local folder or ``s3://bucket/prefix``, with atomic commits.
 
 Steps write their files into a local staging folder and then ``commit`` them: locally an ``os.replace``
-from a staging folder on the same file system (atomic), on S3 one upload per object (an object appears
-whole or not at all). So a failure leaves either the old file or nothing, never half a file. A step that
-publishes several files deletes its "done" marker first and writes it last, so readers never mistake a
-partial set for a finished one.
+from a staging folder on the same file system (atomic), after an ``fsync`` of the file, and an ``fsync`` of
+the folder after it, so a crash or power loss cannot leave a name (a receipt above all) pointing at data that
+never reached the disk; on S3 one upload per object (an object appears whole or not at all). So a failure
+leaves either the old file or nothing, never half a file. A step that publishes several files deletes its
+"done" marker first and writes it last, so readers never mistake a partial set for a finished one.
 """
 
 import contextlib
@@ -92,7 +93,9 @@ class Storage:
             self.fs.put_file(str(staged), target)
             return
         Path(target).parent.mkdir(parents=True, exist_ok=True)
+        _sync(staged)
         os.replace(staged, target)
+        _sync(Path(target).parent)
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         """Atomically write a small file."""
@@ -152,3 +155,12 @@ def _check_relative(relative: str) -> None:
     parts = relative.split("/")
     if relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"not a safe relative storage path: {relative!r}")
+
+
+def _sync(path: Path) -> None:
+    """Flush a file's data, or a folder's entries, to the disk before anyone relies on it."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

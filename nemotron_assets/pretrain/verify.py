@@ -34,14 +34,20 @@ def verify_shard(store: Storage, blend: str, key: ShardKey, recorded: dict | Non
 
 
 def max_token_id(store: Storage, relative: str, index: Index) -> int | None:
-    itemsize = index.dtype.numpy.itemsize
-    highest = None
+    """The highest token id in a .bin, streamed in ``SCAN_BYTES`` blocks read into one reused buffer."""
+    dtype = index.dtype.numpy
+    buffer = np.empty(SCAN_BYTES // dtype.itemsize, dtype=dtype)
+    raw = memoryview(buffer).cast("B")
+    highest, pending = None, 0  # pending: bytes of a token split across two reads (S3 streams may do that)
     with store.open(relative) as stream:
-        while chunk := stream.read(SCAN_BYTES - SCAN_BYTES % itemsize):
-            values = np.frombuffer(chunk, dtype=index.dtype.numpy)
-            if values.size:
-                top = int(values.max())
+        while read := stream.readinto(raw[pending:]):
+            filled = pending + read
+            whole = filled - filled % dtype.itemsize
+            if whole:
+                top = int(buffer[: whole // dtype.itemsize].max())
                 highest = top if highest is None else max(highest, top)
+            pending = filled - whole
+            raw[:pending] = raw[whole:filled]
     return highest
 
 
