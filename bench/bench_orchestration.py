@@ -46,7 +46,7 @@ def make_blend(work: Path, shards: int, rows_per_shard: int) -> Path:
     """blends/bench.yaml over ``shards`` identical JSONL files of ``rows_per_shard`` rows, one file per shard.
 
     The files are hard links of one generated file: every shard reads and tokenizes its own file as usual,
-    but 64 shards of >= 30 s need ~15 GB of text, which would take longer to write than to tokenize.
+    but 64 shards of >= 30 s need ~17 GB of text, which would take longer to write than to tokenize.
     """
     rng = random.Random(0)
     vocabulary = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
@@ -218,7 +218,7 @@ def main() -> int:
     results = []
     for path in args.paths.split(","):
         result = runners[path](work, blends, args)
-        if not args.keep_outputs:  # 64 shards of >= 30 s are ~15 GB of .bin per path
+        if not args.keep_outputs:  # 64 shards of >= 30 s write 32 GB of .bin per path
             shutil.rmtree(work / f"data_{path}", ignore_errors=True)
         result["overhead_s"] = result["wall_s"] - result["compute_s"]
         result["overhead_pct"] = 100 * result["overhead_s"] / result["wall_s"]
