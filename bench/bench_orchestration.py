@@ -71,8 +71,8 @@ def make_home(work: Path, name: str, concurrent_runs: int = 1) -> Path:
     home = work / name
     (home / ".nux").mkdir(parents=True)
     shipped = (REPO / "dagster_home" / "dagster.yaml").read_text()
-    limited = re.sub(r"max_concurrent_runs: \d+", f"max_concurrent_runs: {concurrent_runs}", shipped)
-    if limited == shipped and f"max_concurrent_runs: {concurrent_runs}" not in shipped:
+    limited, found = re.subn(r"max_concurrent_runs: \d+", f"max_concurrent_runs: {concurrent_runs}", shipped)
+    if not found:
         raise SystemExit("dagster_home/dagster.yaml has no concurrency.runs.max_concurrent_runs to override")
     (home / "dagster.yaml").write_text(limited)
     return home

@@ -48,11 +48,7 @@ class OneFileStore:
        scan_bytes=st.sampled_from([8, 12, 64, 4096]))
 def test_scan_finds_the_maximum_across_split_reads(dtype, tokens, sizes, scan_bytes):
     values = np.array(tokens, dtype=dtype.numpy)
-    original = verify.SCAN_BYTES
-    verify.SCAN_BYTES = scan_bytes  # small blocks: many refills, tokens split at every possible offset
-    try:
-        found = verify.max_token_id(OneFileStore(ShortReads(values.tobytes(), sizes)), "x.bin",
-                                    SimpleNamespace(dtype=dtype))
-    finally:
-        verify.SCAN_BYTES = original
+    # small blocks: many refills, tokens split at every possible offset
+    found = verify.max_token_id(OneFileStore(ShortReads(values.tobytes(), sizes)), "x.bin",
+                                SimpleNamespace(dtype=dtype), block_bytes=scan_bytes)
     assert found == (int(values.max()) if values.size else None)

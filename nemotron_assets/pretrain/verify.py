@@ -33,10 +33,10 @@ def verify_shard(store: Storage, blend: str, key: ShardKey, recorded: dict | Non
     return result
 
 
-def max_token_id(store: Storage, relative: str, index: Index) -> int | None:
-    """The highest token id in a .bin, streamed in ``SCAN_BYTES`` blocks read into one reused buffer."""
+def max_token_id(store: Storage, relative: str, index: Index, block_bytes: int = SCAN_BYTES) -> int | None:
+    """The highest token id in a .bin, streamed in ``block_bytes`` blocks read into one reused buffer."""
     dtype = index.dtype.numpy
-    buffer = np.empty(SCAN_BYTES // dtype.itemsize, dtype=dtype)
+    buffer = np.empty(block_bytes // dtype.itemsize, dtype=dtype)
     raw = memoryview(buffer).cast("B")
     highest, pending = None, 0  # pending: bytes of a token split across two reads (S3 streams may do that)
     with store.open(relative) as stream:
