@@ -10,8 +10,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip uv
 
+# uv does not read pip's configuration: a find-links folder pip is configured with (here it holds the CPU build of
+# torch) is passed on, or uv would fetch the newest torch with several GB of CUDA packages.
+FIND_LINKS := $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | head -1)
+
 setup: $(BIN)/python
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test,cluster,lineage]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
+		-e '.[test,cluster,lineage,scoring]'
 
 # Quick start 1: set up, then materialize the whole sample blend into ./data with the sqlite instance in dagster_home/.
 demo: setup

@@ -7,11 +7,10 @@
   number of files. The fingerprint is the ETag on S3 and the modification time on local disk (a listing
   never reads file contents). Re-planning registers the dataset's new shard partitions.
 - Schedule ``<blend>__nightly_missing_shards`` (02:00, off until turned on) requests every shard partition
-  that is not materialized, whose latest run failed, or that is stale (its dataset's ``source_split`` was
-  materialized after it). Runs cover at most 16 contiguous partitions, like the CLI and the backfill
-  policy, because a run per shard costs seconds of overhead. It is written by hand because
-  ``build_schedule_from_partitioned_job`` rejects dynamic partitions. A stale shard whose input did not
-  actually change is reported "up to date" by its run, not rebuilt.
+  that is not up to date by the one definition ``status`` and ``materialize`` use (receipts.py: missing, stale
+  or failed), except those a run is building now. Runs cover at most ``SHARDS_PER_RUN`` contiguous partitions,
+  like the CLI and the backfill policy, because a run per shard costs seconds of overhead. It is written by
+  hand because ``build_schedule_from_partitioned_job`` rejects dynamic partitions.
 
 Both only read listings and the instance; the runs do the work.
 """
@@ -24,13 +23,18 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from nemotron_assets.assets.pretrain import SHARDS_PER_RUN, PretrainAssets
+from nemotron_assets.assets.pretrain import PretrainAssets
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
 from nemotron_assets.layout import ShardKey
-from nemotron_assets.runner import contiguous_ranges
+from nemotron_assets.partitions import SHARDS_PER_RUN, contiguous_ranges
+from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
+from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets.run_history import partition_statuses
 from nemotron_assets.sources.discovery import resolve_files
-from nemotron_assets.status import partition_statuses
+from nemotron_assets.sources.manifest import SourceManifest, read_manifest
+from nemotron_assets.status import shard_freshness
+from nemotron_assets.storage import Storage
 
 NIGHTLY_CRON = "0 2 * * *"
 
@@ -68,19 +72,25 @@ def new_source_files_sensor(blend: Blend, blend_file: Path, pipeline: PretrainAs
     return sensor
 
 
-def shards_to_build(instance: dg.DagsterInstance, pipeline: PretrainAssets, keys: list[str]) -> list[str]:
-    """The ``keys`` that are not materialized, failed last time, or are older than their dataset's plan."""
+def shards_to_build(instance: dg.DagsterInstance, store: Storage, blend: Blend, pipeline: PretrainAssets,
+                    keys: list[str]) -> list[str]:
+    """The ``keys`` whose shard is not up to date (or has no plan), leaving out those being built now."""
     statuses = partition_statuses(instance, pipeline.pretrain_shard.key, pipeline.shard_partitions, keys)
-    event = dg.DagsterEventType.ASSET_MATERIALIZATION
-    planned_at = instance.get_latest_storage_id_by_partition(pipeline.source_split.key, event)
-    built_at = instance.get_latest_storage_id_by_partition(pipeline.pretrain_shard.key, event)
+    tokenizer = blend_tokenizer_identity(blend)
+    manifests: dict[str, SourceManifest | None] = {}
     wanted = []
     for key in keys:
-        status = statuses[key]
-        if status == "IN_PROGRESS":
+        if statuses[key] == "IN_PROGRESS":
             continue  # already queued or running
-        stale = planned_at.get(ShardKey.parse(key).dataset, -1) > built_at.get(key, -1)
-        if status in (None, "FAILED") or stale:
+        shard = ShardKey.parse(key)
+        if shard.dataset not in manifests:
+            try:
+                manifests[shard.dataset] = read_manifest(store, blend.name, shard.dataset)
+            except (FileNotFoundError, ValueError):
+                manifests[shard.dataset] = None
+        manifest = manifests[shard.dataset]
+        planned = manifest is not None and shard.index < len(manifest.shards)
+        if not planned or not shard_freshness(store, blend, blend.name, manifest, shard.index, tokenizer).done:
             wanted.append(key)
     return wanted
 
@@ -92,11 +102,14 @@ def nightly_missing_shards_schedule(blend: Blend, pipeline: PretrainAssets) -> d
                  target=pipeline.pretrain_shard, default_status=dg.DefaultScheduleStatus.STOPPED,
                  description=f"Builds the shards of {blend.name} that are missing, failed or stale, "
                              f"{SHARDS_PER_RUN} contiguous partitions per run.")
-    def schedule(context: dg.ScheduleEvaluationContext):
+    def schedule(context: dg.ScheduleEvaluationContext, storage: StorageResource):
         keys = context.instance.get_dynamic_partitions(pipeline.shard_partitions.name)
-        wanted = shards_to_build(context.instance, pipeline, keys)
+        try:
+            wanted = shards_to_build(context.instance, storage.get(), blend, pipeline, keys)
+        except InputError as exc:
+            return dg.SkipReason(f"{blend.name}: {exc}")
         if not wanted:
-            return dg.SkipReason(f"all {len(keys)} shard partition(s) of {blend.name} are materialized and current")
+            return dg.SkipReason(f"all {len(keys)} shard partition(s) of {blend.name} are up to date")
         return [dg.RunRequest(run_key=f"{run[0]}...{run[-1]}", asset_selection=[shard_asset],
                               tags={ASSET_PARTITION_RANGE_START_TAG: run[0], ASSET_PARTITION_RANGE_END_TAG: run[-1]})
                 for run in contiguous_ranges(keys, wanted, SHARDS_PER_RUN)]

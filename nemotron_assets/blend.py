@@ -19,6 +19,7 @@ validated here, once.
 
 import json
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
@@ -66,8 +67,8 @@ class DatasetEntry(BaseModel):
     text_field: str = Field("text", description="Field (JSONL key or Parquet column) holding the document.")
     format: Literal["jsonl", "parquet"] | None = Field(None, description="Inferred from the file suffix.")
     family: str | None = Field(None, description="Harmony normalizer for post-training data.")
-    messages_field: str | None = None
-    tools_field: str | None = None
+    messages_field: str | None = Field(None, description="Column holding the conversation (default: the family's).")
+    tools_field: str | None = Field(None, description="Column holding the tool schemas (default: the family's).")
     num_shards: int | None = Field(None, ge=1, description="Explicit shard count for this dataset.")
     endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// paths.")
 
@@ -79,6 +80,22 @@ class DatasetEntry(BaseModel):
         if family is not None and family not in FAMILIES:
             raise ValueError(f"unknown family {family!r} (families: {', '.join(sorted(FAMILIES))})")
         return family
+
+    @model_validator(mode="after")
+    def _fields_the_family_reads(self) -> "DatasetEntry":
+        """``messages_field``/``tools_field`` on a family that reads no conversation column would be ignored."""
+        from nemotron_assets.normalize.base import RowError, SourceFields
+        from nemotron_assets.normalize.families import check_fields
+
+        if self.family is None:
+            if self.messages_field is not None or self.tools_field is not None:
+                raise ValueError("messages_field and tools_field apply to post-training data: set a family")
+            return self
+        try:
+            check_fields(self.family, SourceFields(messages=self.messages_field, tools=self.tools_field))
+        except RowError as exc:
+            raise ValueError(exc.reason) from None
+        return self
 
     @field_validator("name")
     @classmethod
@@ -111,7 +128,9 @@ class Blend(BaseModel):
     max_doc_tokens: int | None = Field(None, ge=1, description="Truncate documents; the EOD stays last.")
     dtype: Literal["uint16", "int32"] | None = Field(None, description="Override Megatron's dtype rule.")
     on_error: Literal["raise", "skip"] = Field("raise", description="Bad rows: fail, or count and skip.")
-    absolute_prefixes: bool = Field(False, description="blend.json prefixes absolute, not relative.")
+    relative_prefixes: bool = Field(
+        False, description="blend.json/data_path.txt prefixes relative to their own folder instead of absolute "
+        "paths or s3:// URLs (Megatron resolves them against the trainer's working directory).")
     datasets: list[DatasetEntry] | None = None
     train: list[DatasetEntry] | None = None
     valid: list[DatasetEntry] | None = None
@@ -212,16 +231,66 @@ def load_blend(path: str | Path) -> Blend:
         raise InputError(_format_validation_error(path, exc), path=str(path)) from None
 
 
-def discover_blends(folder: str | Path) -> list[tuple[Path, Blend]]:
-    """Every ``*.yaml``/``*.yml``/``*.json`` in the folder, sorted by file name."""
+@dataclass(frozen=True)
+class BrokenBlend:
+    """A blend file that could not be loaded: its would-be name (the file stem) and the located error."""
+
+    path: Path
+    name: str
+    error: InputError
+
+
+@dataclass(frozen=True)
+class BlendFolder:
+    """Every blend file of a folder: the ones that load, and the broken ones with their errors. One broken file
+    never hides the others: each blend is its own pipeline."""
+
+    blends: list[tuple[Path, Blend]]
+    broken: list[BrokenBlend]
+
+    def find(self, name: str) -> tuple[Path, Blend]:
+        """The blend named ``name``; an ``InputError`` naming the file when that blend is broken or unknown."""
+        for path, blend in self.blends:
+            if blend.name == name:
+                return path, blend
+        for bad in self.broken:
+            if bad.name == name:
+                raise bad.error
+        known = ", ".join(sorted([b.name for _, b in self.blends] + [b.name for b in self.broken])) or "none"
+        raise UnknownBlend(f"no blend {name!r} (blends: {known})")
+
+
+class UnknownBlend(LookupError):
+    """A command named a blend that no file defines."""
+
+
+def blend_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+
+
+def load_blend_folder(folder: str | Path) -> BlendFolder:
+    """Every ``*.yaml``/``*.yml``/``*.json`` in the folder, sorted by file name; a file that does not load, or
+    whose name another file already uses, becomes a ``BrokenBlend``."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError("blends folder does not exist", path=str(folder))
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
-    blends = [(p, load_blend(p)) for p in files]
-    names: dict[str, Path] = {}
-    for p, blend in blends:
+    blends, broken, names = [], [], {}
+    for path in blend_files(folder):
+        stem = path.name.split(".")[0]
+        try:
+            blend = load_blend(path)
+        except InputError as exc:
+            broken.append(BrokenBlend(path, stem, exc))
+            continue
         if blend.name in names:
-            raise InputError(f"blend name {blend.name!r} is also used by {names[blend.name]}", path=str(p))
-        names[blend.name] = p
-    return blends
+            error = InputError(f"blend name {blend.name!r} is also used by {names[blend.name]}", path=str(path))
+            broken.append(BrokenBlend(path, blend.name, error))
+            continue
+        names[blend.name] = path
+        blends.append((path, blend))
+    return BlendFolder(blends, broken)
+
+
+def discover_blends(folder: str | Path) -> list[tuple[Path, Blend]]:
+    """The blends of a folder that load (see ``load_blend_folder`` for the broken ones)."""
+    return load_blend_folder(folder).blends

@@ -1,33 +1,58 @@
 """``python -m nemotron_assets`` (also the ``nemotron-assets`` command).
 
-    materialize BLEND [--select ASSETS] [--partition KEY] [--scale tiny|small|full] [--max-rows N]
+    materialize BLEND [--select ASSETS] [--partition KEY] [--scale tiny|small|full | --max-rows N]
                       [--force] [--tokenizer-backend auto|hf|fastokens] [--shards-per-run N]
+                      [--executor in_process|multiprocess] [--log-level LEVEL] [--dagster-logs]
     status [BLEND] [--json]
     verify BLEND
 
 ``materialize`` builds a whole blend, or the selected assets / one partition of it, as real Dagster runs in
 the instance of ``DAGSTER_HOME`` (default: this checkout's ``dagster_home/``): first the source splits (they
-plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend. With
-``NEMOTRON_DEPLOYMENT=cluster`` the instance is ``deployments/cluster/`` (Postgres) and the runs are launched
-through its run launcher (Ray) instead of executed here; the command waits for them and prints each outcome.
-``status`` shows per dataset the shards planned / done / missing / failed, tokens, rows and where the files
-are; ``verify`` re-checks every shard's files and checksums and blend.json, printing one line per problem
-(file: why) and exiting 1 if there is any.
+plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend. ``--scale`` and
+``--max-rows`` build a *sample* under ``<root>/<blend>/samples/<sample>/`` through the sample twin assets, never
+touching the full build. With ``NEMOTRON_DEPLOYMENT=cluster`` the runs are launched through the instance's run
+launcher (Ray) instead of executed here. ``status`` shows per dataset the shards planned / done / stale / failed /
+missing, tokens and rows; ``verify`` re-checks every shard's files and checksums and blend.json, printing one line
+per problem (file: why). Exit status: 0 success, 1 a run failed or verify found problems, 2 a bad blend or
+command line.
 """
 
 import argparse
-import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nemotron_assets import settings
 
 ASSET_NAMES = ("source_split", "pretrain_shard", "megatron_blend", "harmony_shard", "harmony_dedup",
                "candidate_pool", "embedding_view", "behavior_report")
+SAMPLE_ASSETS = ("source_split", "pretrain_shard", "megatron_blend")  # the assets with sample twins
+SHARD_ASSETS = {"pretrain_shard": "pretrain", "harmony_shard": "harmony"}
+SKIPPED_ROWS_ASSETS = ("pretrain_shard", "harmony_shard")
+
+
+class UsageError(Exception):
+    """A command line that cannot work; exit status 2 with the message."""
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from nemotron_assets.blend import UnknownBlend
+    from nemotron_assets.errors import InputError
+    from nemotron_assets.instance import InstanceError
+    from nemotron_assets.settings import DeploymentError
+
+    command = {"materialize": materialize, "status": show_status, "verify": verify}[args.command]
+    try:
+        settings.deployment()  # an unknown NEMOTRON_DEPLOYMENT is an error for every command
+        return command(args)
+    except (InputError, UsageError, UnknownBlend, DeploymentError, InstanceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nemotron-assets", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -38,129 +63,153 @@ def main(argv: list[str] | None = None) -> int:
     mat.add_argument("--partition", default=None,
                      help="a dataset name (its source split and shards) or a shard key like wiki/shard_00000")
     mat.add_argument("--scale", choices=("tiny", "small", "full"), default="full",
-                     help="rows per dataset: tiny <= 10,000, small <= 1,000,000, full = all (default)")
-    mat.add_argument("--max-rows", type=int, default=None, help="row sample: first N rows of each dataset")
+                     help="build a sample of <= 10,000 (tiny) or 1,000,000 (small) rows per dataset under "
+                          "<root>/<blend>/samples/<scale>/; full (default) is the real build")
+    mat.add_argument("--max-rows", type=int, default=None,
+                     help="build a sample of the first N rows of each dataset under <root>/<blend>/samples/rows_N/")
     mat.add_argument("--force", action="store_true", help="rebuild shards that are already up to date")
     mat.add_argument("--tokenizer-backend", choices=("auto", "hf", "fastokens"), default="auto")
     mat.add_argument("--shards-per-run", type=int, default=None,
                      help="partitions per Dagster run (default: the asset's backfill policy, 16)")
-    mat.add_argument("--log-level", default="INFO", help="Dagster console log level (default INFO)")
-    stat = commands.add_parser("status", help="shards planned / done / missing / failed, tokens, rows per dataset")
+    mat.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process",
+                     help="in_process (default): each run in this process; multiprocess: Dagster's executor of the "
+                          "UI, one process per step")
+    mat.add_argument("--log-level", default="INFO", help="console log level (default INFO)")
+    mat.add_argument("--dagster-logs", action="store_true", help="print Dagster's full event log instead of one "
+                                                                  "line per message")
+    stat = commands.add_parser("status", help="shards planned / done / stale / failed / missing, tokens, rows")
     stat.add_argument("blend", nargs="?", default=None, help="blend name (default: every blend)")
     stat.add_argument("--json", action="store_true", help="machine-readable output")
     ver = commands.add_parser("verify", help="re-check every shard's files and checksums, and blend.json")
     ver.add_argument("blend", help="blend name (file stem in the blends folder)")
-    args = parser.parse_args(argv)
-    from nemotron_assets.errors import InputError
-
-    command = {"materialize": materialize, "status": show_status, "verify": verify}[args.command]
-    try:
-        return command(args)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return parser
 
 
-def _instance(*, launching: bool = False):
-    import dagster as dg
+# --- materialize ------------------------------------------------------------------------------------------
+@dataclass
+class Request:
+    """What one ``materialize`` command asks for, checked against the blend before anything runs."""
 
-    home = os.environ.get("DAGSTER_HOME")
-    if not home:
-        home = str(settings.default_dagster_home())
-        if settings.deployment() == "cluster":
-            from nemotron_assets.cluster import check_environment
-
-            check_environment(need_launcher=launching)
-        os.environ["DAGSTER_HOME"] = home
-        print(f"DAGSTER_HOME not set; using {home}", file=sys.stderr)
-    if not Path(home).is_absolute() or not Path(home, "dagster.yaml").is_file():
-        raise SystemExit(f"DAGSTER_HOME={home} must be an absolute path to a folder holding dagster.yaml")
-    return dg.DagsterInstance.get()
+    blend_file: Path
+    blend: object  # nemotron_assets.blend.Blend
+    steps: list[str]
+    sample: str | None = None
+    dataset: str | None = None
+    shard: str | None = None
+    outcomes: list = field(default_factory=list)
 
 
 def materialize(args: argparse.Namespace) -> int:
-    import dagster as dg
-
-    from nemotron_assets.assets.pretrain import SHARDS_PER_RUN
-    from nemotron_assets.blend import discover_blends
-    from nemotron_assets.layout import ShardKey, harmony_partitions_name, pretrain_partitions_name
-    from nemotron_assets.posttrain.pools import POOL_NAMES
-    from nemotron_assets.runner import contiguous_ranges, load_repository
+    from nemotron_assets.blend import load_blend_folder
+    from nemotron_assets.instance import fail_runs_of_dead_processes, open_instance
+    from nemotron_assets.layout import sample_name
+    from nemotron_assets.preflight import check_before_reading
 
     started = time.monotonic()
+    blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
+    try:
+        sample = sample_name(args.scale, args.max_rows)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    request = Request(blend_file, blend, _selection(args.select, args.partition, sample), sample)
+    request.dataset, request.shard = _partition_target(args.partition, blend)
+    check_before_reading(blend, blend_file, [request.dataset] if request.dataset else None)
+
     cluster = settings.deployment() == "cluster"
-    instance = _instance(launching=cluster)
+    instance = open_instance(launching=cluster)
+    for run_id in fail_runs_of_dead_processes(instance):
+        print(f"marked run {run_id[:8]} failed: the command that executed it was killed", file=sys.stderr)
+    store = _storage()
+    for orphan in store.remove_orphaned_staging():
+        print(f"removed {orphan.path} ({orphan.bytes:,} bytes) left by a killed run", file=sys.stderr)
     if cluster:
         from nemotron_assets.cluster import pin_data_root
 
         pin_data_root()
+    from nemotron_assets.runner import load_repository
+
     origin, repo = load_repository()
-    blend_name = args.blend
-    keys = {name: dg.AssetKey([blend_name, name]) for name in ASSET_NAMES}
-    if not repo.asset_graph.has(keys["source_split"]):
-        blends = sorted({k.path[0] for k in repo.asset_graph.get_all_asset_keys()})
-        raise SystemExit(f"no blend {blend_name!r} in {settings.blends_dir()} (blends: {', '.join(blends) or 'none'})")
-    [blend] = [b for _, b in discover_blends(settings.blends_dir()) if b.name == blend_name]
-    selected = _selection(args.select, args.partition)
-    dataset, shard = _partition_target(args.partition, repo, keys)
-    run_config = _run_config(repo, keys, args)
-    per_run = args.shards_per_run or SHARDS_PER_RUN
-    outcomes = []
+    run_steps(request, args, instance, origin, repo, cluster)
+    return _summarize(request, instance, started)
 
-    text_datasets = [e.name for e in blend.entries() if not e.family]
-    family_datasets = [e.name for e in blend.entries() if e.family]
 
-    def run(asset: str, partitions: list[str] | None) -> bool:
-        return run_all(asset, [partitions])
+def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo, cluster: bool) -> None:
+    """Run the selected steps in order, each as one or more Dagster runs; stop after a step that failed."""
+    import dagster as dg
 
-    def run_all(asset: str, partition_runs: list[list[str] | None]) -> bool:
-        new = _execute_runs(origin, repo, instance, keys[asset], asset, partition_runs, run_config, cluster)
-        outcomes.extend(new)
-        return all(o.success for o in new)
+    from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, contiguous_ranges, sample_partitions_name
 
-    def run_shards(asset: str, partitions_name: str) -> bool:
-        """Every wanted shard partition, in runs of up to ``per_run`` contiguous keys."""
-        all_shards = instance.get_dynamic_partitions(partitions_name)
-        if shard:
-            if shard not in all_shards:
-                raise SystemExit(f"unknown shard {shard!r} of {blend_name}/{asset}: materialize "
-                                 f"{blend_name}/source_split first (known: {', '.join(all_shards[:5]) or 'none'})")
-            wanted = [shard]
-        else:
-            wanted = [k for k in all_shards if dataset is None or ShardKey.parse(k).dataset == dataset]
-        if not wanted:
-            raise SystemExit(f"no {asset} partitions for {blend_name}: materialize its source_split first")
-        return run_all(asset, list(contiguous_ranges(all_shards, wanted, per_run)))
+    blend, sample = request.blend, request.sample
+    scope = Scope(blend.name, samples=sample is not None)
+    keys = {name: dg.AssetKey(scope.key(name)) for name in ASSET_NAMES}
+    run_config = _run_config(repo, keys, args, request.steps)
+    tags = _run_tags(sample)
+    text = [e.name for e in blend.entries() if not e.family]
+    family = [e.name for e in blend.entries() if e.family]
+    wanted = {"source_split": text + family, "pretrain_shard": text, "megatron_blend": text, "harmony_shard": family,
+              "harmony_dedup": family, "candidate_pool": family, "embedding_view": family, "behavior_report": family}
+    if request.dataset is not None:
+        wanted = {step: [d for d in datasets if d == request.dataset] for step, datasets in wanted.items()}
+    if sample is not None:  # the sample twins' own partitions, registered before their runs
+        instance.add_dynamic_partitions(sample_partitions_name(blend.name, "datasets"),
+                                        [scope.qualify(sample, d) for d in wanted["source_split"]])
+        instance.add_dynamic_partitions(sample_partitions_name(blend.name, "blend"), [sample])
 
-    steps = {
-        "source_split": lambda: run("source_split", [dataset] if dataset else text_datasets + family_datasets),
-        "pretrain_shard": lambda: run_shards("pretrain_shard", pretrain_partitions_name(blend_name)),
-        "megatron_blend": lambda: run("megatron_blend", None),
-        "harmony_shard": lambda: run_shards("harmony_shard", harmony_partitions_name(blend_name)),
-        "harmony_dedup": lambda: run("harmony_dedup", [dataset] if dataset else family_datasets),
-        "candidate_pool": lambda: run("candidate_pool", list(POOL_NAMES)),
-        "embedding_view": lambda: run("embedding_view", list(POOL_NAMES)),
-        "behavior_report": lambda: run("behavior_report", None),
-    }
-    applicable = {"pretrain_shard": text_datasets, "megatron_blend": text_datasets,
-                  "harmony_shard": family_datasets, "harmony_dedup": family_datasets,
-                  "candidate_pool": family_datasets, "embedding_view": family_datasets,
-                  "behavior_report": family_datasets}
-    if dataset is not None:  # a dataset's steps: only the path its kind takes
-        applicable = {k: [d for d in v if d == dataset] for k, v in applicable.items()}
-    for step in selected:
-        if step in applicable and not applicable[step]:
+    def shard_runs(step: str) -> list[list[str]]:
+        partitions_name = scope.shard_partitions_name(SHARD_ASSETS[step])
+        known = instance.get_dynamic_partitions(partitions_name)
+        if request.shard:
+            target = scope.qualify(sample, request.shard)
+            if target not in known:
+                raise UsageError(f"unknown shard {request.shard!r} of {blend.name}/{step}: materialize "
+                                 f"{blend.name}/source_split first")
+            return [[target]]
+        mine = [k for k in known if scope.split(k)[0] == sample
+                and scope.split(k)[1].split("/")[0] in wanted[step]]
+        if not mine:
+            raise UsageError(f"no {step} partitions for {blend.name}: materialize its source_split first")
+        return list(contiguous_ranges(known, mine, args.shards_per_run or SHARDS_PER_RUN))
+
+    for step in request.steps:
+        if not wanted[step]:
             continue  # e.g. no family datasets: no Harmony path
-        if not steps[step]():
+        if step in SHARD_ASSETS:
+            partition_runs = shard_runs(step)
+        elif step in ("source_split", "harmony_dedup"):
+            partition_runs = [[scope.qualify(sample, d) for d in wanted[step]]]
+        elif step in ("candidate_pool", "embedding_view"):
+            from nemotron_assets.posttrain.pools import POOL_NAMES
+
+            partition_runs = [list(POOL_NAMES)]
+        else:
+            partition_runs = [[sample] if sample else None]
+        new = _execute_runs(origin, repo, instance, keys[step], step, partition_runs, run_config, tags, cluster)
+        request.outcomes.extend(new)
+        if not all(o.success for o in new):
             break
+
+
+def _summarize(request: Request, instance, started: float) -> int:
+    """The done/FAILED line (runs, time, skipped rows), then every failed run's located error, last."""
+    from nemotron_assets.layout import base_dir
+
+    outcomes = request.outcomes
     ok = all(o.success for o in outcomes)
+    skipped = _skipped_rows(instance, [o.run_id for o in outcomes])
+    where = f"{settings.data_root()}/{base_dir(request.blend.name, request.sample)}/"
     print(f"{'done' if ok else 'FAILED'}: {len(outcomes)} run(s) in {time.monotonic() - started:.1f} s; "
-          f"outputs under {settings.data_root()}/{blend_name}/", file=sys.stderr)
+          f"{skipped:,} bad row(s) skipped; outputs under {where}", file=sys.stderr)
+    for outcome in outcomes:
+        if not outcome.success:
+            print(f"\nerror in run {outcome.run_id} ({outcome.asset}"
+                  f"{' ' + outcome.partitions[0] + '...' + outcome.partitions[-1] if outcome.partitions else ''}):\n"
+                  + "\n".join(f"  {line}" for line in outcome.error.splitlines())
+                  + f"\nfull log: the Dagster UI's Runs page, run {outcome.run_id}", file=sys.stderr)
     return 0 if ok else 1
 
 
 def _execute_runs(origin, repo, instance, asset_key, asset: str, partition_runs: list[list[str] | None],
-                  run_config: dict, cluster: bool) -> list:
+                  run_config: dict, tags: dict, cluster: bool) -> list:
     """One run per partition range (``None``: unpartitioned): executed here one after the other, or with
     ``cluster`` all handed to the instance's run launcher (Ray) at once and waited for; each outcome printed."""
     from nemotron_assets.runner import execute_assets
@@ -168,33 +217,139 @@ def _execute_runs(origin, repo, instance, asset_key, asset: str, partition_runs:
     if cluster:
         from nemotron_assets.cluster import launch_assets, wait_for_runs
 
-        launched = {launch_assets(origin, repo, instance, [asset_key], p, run_config): tuple(p or ())
+        launched = {launch_assets(origin, repo, instance, [asset_key], p, run_config, tags): tuple(p or ())
                     for p in partition_runs}
         print(f"launched {len(launched)} {asset} run(s) through {type(instance.run_launcher).__name__}",
               file=sys.stderr)
-        return wait_for_runs(instance, launched, on_finished=lambda o: _report(o, asset))
+        outcomes = wait_for_runs(instance, launched, on_finished=lambda o: _report(o, asset))
+        return [o.for_asset(asset) for o in outcomes]
+    from nemotron_assets.instance import PROCESS_TAG
+    from nemotron_assets.processes import owner_token
+
     outcomes = []
     for partitions in partition_runs:
-        outcomes.append(execute_assets(origin, repo, instance, [asset_key], partitions, run_config))
-        _report(outcomes[-1], asset)
+        outcome = execute_assets(origin, repo, instance, [asset_key], partitions, run_config,
+                                 {**tags, PROCESS_TAG: owner_token()}).for_asset(asset)
+        _report(outcome, asset)
+        outcomes.append(outcome)
     return outcomes
 
 
-def show_status(args: argparse.Namespace) -> int:
-    from nemotron_assets.status import collect_status, format_status, status_json
+def _report(outcome, asset: str) -> None:
+    span = f" {outcome.partitions[0]}...{outcome.partitions[-1]}" if outcome.partitions else ""
+    status = f"ok in {outcome.seconds:.1f} s" if outcome.success else "FAILED (the error is shown at the end)"
+    print(f"run {outcome.run_id[:8]} {asset}{span}: {status}", file=sys.stderr)
 
-    blends = _blends(args.blend)
-    with _instance() as instance:
-        reports = [collect_status(instance, _storage(), blend) for _, blend in blends]
-    print(status_json(reports) if args.json else "\n\n".join(format_status(r) for r in reports))
+
+def _skipped_rows(instance, run_ids: list[str]) -> int:
+    """Rows skipped (``on_error: skip``) by the shards these runs built, from their materialization metadata."""
+    import dagster as dg
+
+    total = 0
+    for run_id in run_ids:
+        for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+            materialization = record.dagster_event.event_specific_data.materialization
+            if materialization.asset_key.path[-1] not in SKIPPED_ROWS_ASSETS:
+                continue
+            metadata = {k: v.value for k, v in materialization.metadata.items()}
+            if metadata.get("status") != "up to date":
+                total += sum(int(n) for n in (metadata.get("dropped_by_reason") or {}).values())
+    return total
+
+
+def _selection(select: str | None, partition: str | None, sample: str | None) -> list[str]:
+    names = SAMPLE_ASSETS if sample is not None else ASSET_NAMES
+    if select is None:
+        chosen = ["source_split", "pretrain_shard", "harmony_shard"] if partition else list(names)
+        return [name for name in names if name in chosen]
+    chosen = [s.strip().split("/")[-1] for s in select.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in ASSET_NAMES]
+    if unknown:
+        raise UsageError(f"unknown asset(s) {', '.join(unknown)}; choose from {', '.join(ASSET_NAMES)}")
+    unsampled = [s for s in chosen if s not in names]
+    if unsampled:
+        raise UsageError(f"samples (--scale/--max-rows) cover {', '.join(SAMPLE_ASSETS)}, not "
+                         f"{', '.join(unsampled)}")
+    return [name for name in names if name in chosen]
+
+
+def _partition_target(partition: str | None, blend) -> tuple[str | None, str | None]:
+    """(dataset, shard key) named by --partition."""
+    from nemotron_assets.layout import ShardKey
+
+    if partition is None:
+        return None, None
+    datasets = [e.name for e in blend.entries()]
+    if "/" in partition:
+        try:
+            key = ShardKey.parse(partition)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        dataset, shard = key.dataset, partition
+    else:
+        dataset, shard = partition, None
+    if dataset not in datasets:
+        raise UsageError(f"unknown dataset {dataset!r}; the blend has {', '.join(datasets)}")
+    return dataset, shard
+
+
+def _run_config(repo, keys: dict, args: argparse.Namespace, steps: list[str]) -> dict:
+    def op(name: str) -> str:
+        return repo.assets_defs_by_key[keys[name]].op.name
+
+    ops = {}
+    if "pretrain_shard" in steps:
+        ops[op("pretrain_shard")] = {"config": {"force": args.force, "tokenizer_backend": args.tokenizer_backend}}
+    if "megatron_blend" in steps:
+        ops[op("megatron_blend")] = {"config": {"allow_missing_shards": False}}
+    config = {"ops": ops, "execution": {"config": {args.executor: {}}}}
+    if not args.dagster_logs:
+        config["loggers"] = {"compact_console": {"config": {"log_level": args.log_level.upper()}}}
+    else:
+        config["loggers"] = {"console": {"config": {"log_level": args.log_level.upper()}}}
+    return config
+
+
+def _run_tags(sample: str | None) -> dict:
+    from nemotron_assets.instance import LAUNCHED_BY_TAG, SAMPLE_TAG
+
+    return {LAUNCHED_BY_TAG: "cli", SAMPLE_TAG: sample or "full"}
+
+
+# --- status and verify ------------------------------------------------------------------------------------
+def show_status(args: argparse.Namespace) -> int:
+    from nemotron_assets.blend import load_blend_folder
+    from nemotron_assets.instance import open_instance
+    from nemotron_assets.status import BlendStatus, collect_status, format_status, status_json
+
+    folder = load_blend_folder(settings.blends_dir())
+    if args.blend is not None:
+        chosen, broken = [folder.find(args.blend)], []
+    else:
+        chosen, broken = folder.blends, folder.broken
+    store = _storage()
+    instance = open_instance()
+    with instance:
+        reports = [collect_status(instance, store, blend) for _, blend in chosen]
+    reports += [BlendStatus(bad.name, [], "", False, error=str(bad.error)) for bad in broken]
+    orphans = store.orphaned_staging()
+    if args.json:
+        print(status_json(reports, orphans))
+        return 0
+    print("\n\n".join(format_status(r) for r in reports))
+    if orphans:
+        print(f"\n{len(orphans)} staging folder(s) left by killed runs ({sum(o.bytes for o in orphans):,} bytes), "
+              f"removed by the next materialize: {', '.join(o.path for o in orphans[:5])}")
     return 0
 
 
 def verify(args: argparse.Namespace) -> int:
-    from nemotron_assets.status import collect_problems
+    from nemotron_assets.blend import load_blend_folder
+    from nemotron_assets.instance import open_instance
+    from nemotron_assets.verification import collect_problems
 
-    [(_, blend)] = _blends(args.blend)
-    with _instance() as instance:
+    _, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
+    with open_instance() as instance:
         problems = collect_problems(instance, _storage(), blend)
     for problem in problems:
         print(problem)
@@ -203,70 +358,7 @@ def verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _blends(name: str | None) -> list:
-    """(file, Blend) of the named blend, or of every blend when no name is given."""
-    from nemotron_assets.blend import discover_blends
-
-    blends = discover_blends(settings.blends_dir())
-    if name is None:
-        return blends
-    chosen = [(path, blend) for path, blend in blends if blend.name == name]
-    if not chosen:
-        known = ", ".join(blend.name for _, blend in blends) or "none"
-        raise SystemExit(f"no blend {name!r} in {settings.blends_dir()} (blends: {known})")
-    return chosen
-
-
 def _storage():
     from nemotron_assets.storage import Storage
 
     return Storage(settings.data_root(), endpoint_url=settings.s3_endpoint_url())
-
-
-def _selection(select: str | None, partition: str | None) -> list[str]:
-    if select is None:
-        return ["source_split", "pretrain_shard", "harmony_shard"] if partition else list(ASSET_NAMES)
-    chosen = [s.strip().split("/")[-1] for s in select.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in ASSET_NAMES]
-    if unknown:
-        raise SystemExit(f"unknown asset(s) {', '.join(unknown)}; choose from {', '.join(ASSET_NAMES)}")
-    return [name for name in ASSET_NAMES if name in chosen]
-
-
-def _partition_target(partition: str | None, repo, keys) -> tuple[str | None, str | None]:
-    """(dataset, shard key) named by --partition."""
-    from nemotron_assets.layout import ShardKey
-
-    if partition is None:
-        return None, None
-    datasets = repo.assets_defs_by_key[keys["source_split"]].partitions_def.get_partition_keys()
-    if "/" in partition:
-        try:
-            key = ShardKey.parse(partition)
-        except ValueError as exc:
-            raise SystemExit(str(exc)) from None
-        return key.dataset, partition
-    if partition not in datasets:
-        raise SystemExit(f"unknown dataset {partition!r}; the blend has {', '.join(datasets)}")
-    return partition, None
-
-
-def _run_config(repo, keys, args) -> dict:
-    def op(name: str) -> str:
-        return repo.assets_defs_by_key[keys[name]].op.name
-
-    return {
-        "ops": {
-            op("source_split"): {"config": {"scale": args.scale, "max_rows": args.max_rows}},
-            op("pretrain_shard"): {"config": {"force": args.force, "tokenizer_backend": args.tokenizer_backend}},
-            op("megatron_blend"): {"config": {"allow_missing_shards": False}},
-        },
-        "execution": {"config": {"in_process": {}}},
-        "loggers": {"console": {"config": {"log_level": args.log_level.upper()}}},
-    }
-
-
-def _report(outcome, what: str) -> None:
-    span = f" {outcome.partitions[0]}...{outcome.partitions[-1]}" if outcome.partitions else ""
-    status = f"ok in {outcome.seconds:.1f} s" if outcome.success else f"FAILED: {outcome.error}"
-    print(f"run {outcome.run_id[:8]} {what}{span}: {status}", file=sys.stderr)

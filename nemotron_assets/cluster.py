@@ -28,11 +28,11 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from nemotron_assets import settings
+from nemotron_assets.instance import LAUNCHED_BY_TAG
 from nemotron_assets.runner import DEFINITIONS_MODULE, RunOutcome, first_error
 
 POSTGRES_URL_VARIABLE = "NEMOTRON_POSTGRES_URL"
 RAY_ADDRESS_VARIABLE = "NEMOTRON_RAY_ADDRESS"
-LAUNCHED_BY_TAG = "nemotron/launched_by"
 HEALTH_CHECK_SECONDS = 10.0
 
 

@@ -3,6 +3,10 @@
 Load it with ``dagster dev -w workspace.yaml`` or ``dagster asset materialize -m nemotron_assets.definitions``.
 Storage is local disk or S3, picked by ``NEMOTRON_DATA_ROOT`` alone; S3 credentials reach the storage resource
 as ``dg.EnvVar``s, so only their names are visible in the UI.
+
+Each blend gets its full build (group ``<blend>``) and its sample twins (group ``<blend>_samples``, partitions.py).
+A blend file that does not load does not take the others down: it shows in the UI as one asset,
+``<name>/blend_file_error``, whose description is the located error.
 """
 
 import warnings
@@ -14,8 +18,10 @@ from nemotron_assets import settings
 from nemotron_assets.assets.harmony import build_harmony_assets
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
 from nemotron_assets.automation import blend_automation
-from nemotron_assets.blend import discover_blends
+from nemotron_assets.blend import BrokenBlend, load_blend_folder
+from nemotron_assets.cli_console import compact_console
 from nemotron_assets.executor import executor
+from nemotron_assets.partitions import Scope
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage
 
@@ -26,23 +32,33 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 
 def build_definitions(blends_dir: Path | None = None, data_root: str | None = None) -> dg.Definitions:
-    blends = discover_blends(blends_dir or settings.blends_dir())
-    pipelines: dict[str, PretrainAssets] = {blend.name: build_pretrain_assets(blend, path) for path, blend in blends}
-    sensors, schedules = blend_automation(blends, pipelines)
+    settings.deployment()  # refuses an unknown NEMOTRON_DEPLOYMENT with a clear message
+    folder = load_blend_folder(blends_dir or settings.blends_dir())
+    pipelines: dict[str, PretrainAssets] = {blend.name: build_pretrain_assets(blend, path)
+                                            for path, blend in folder.blends}
+    samples = [build_pretrain_assets(blend, path, Scope(blend.name, samples=True)) for path, blend in folder.blends]
     harmony = [build_harmony_assets(blend, pipelines[blend.name].source_split)
-               for _, blend in blends if any(e.family for e in blend.entries())]
-    settings.deployment()  # refuses an unknown or not yet implemented NEMOTRON_DEPLOYMENT with a clear message
+               for _, blend in folder.blends if any(e.family for e in blend.entries())]
+    sensors, schedules = blend_automation(folder.blends, pipelines)
     storage = StorageResource.from_environment(data_root or settings.data_root())
     return dg.Definitions(
-        assets=[a for p in pipelines.values() for a in (p.source_split, p.pretrain_shard, p.megatron_blend)]
-        + [a for h in harmony for a in (h.harmony_shard, h.harmony_dedup, h.candidate_pool, h.embedding_view,
-                                         h.behavior_report)],
-        asset_checks=[p.shard_checks for p in pipelines.values()] + [c for h in harmony for c in h.checks],
+        assets=[a for p in [*pipelines.values(), *samples] for a in p.definitions]
+        + [a for h in harmony for a in h.definitions]
+        + [broken_blend_asset(bad) for bad in folder.broken],
         resources={"storage": storage, "lineage": WandbLineage.from_environment()},
+        loggers={"console": dg.colored_console_logger, "compact_console": compact_console},
         sensors=sensors,
         schedules=schedules,
         executor=executor,
     )
+
+
+def broken_blend_asset(bad: BrokenBlend) -> dg.AssetSpec:
+    """A placeholder that puts a broken blend file's error where its pipeline would be in the UI."""
+    group = "".join(c if c.isalnum() or c == "_" else "_" for c in bad.name) or "broken_blend"
+    return dg.AssetSpec(key=[group, "blend_file_error"], group_name=group, kinds={"yaml"},
+                        description=f"This blend file does not load, so its pipeline is missing: {bad.error}",
+                        metadata={"blend_file": dg.MetadataValue.path(str(bad.path)), "error": str(bad.error)})
 
 
 defs = build_definitions()

@@ -43,3 +43,8 @@ class InputError(Exception):
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary
         return (InputError, (self.reason, self.dataset, self.path, self.line, self.field, self.row))
+
+
+class NotReady(Exception):
+    """An output this step needs is missing or stale: a retry cannot help, building it can. The message names the
+    outputs, why, and what to materialize."""

@@ -1,21 +1,28 @@
-"""Where every output lives under the storage root, and how partition keys name shards.
+"""Where every output lives under the storage root, and how partition keys name datasets, shards and samples.
 
-    <root>/<blend>/sources/<dataset>/manifest.json          files + shard plan of one dataset
-    <root>/<blend>/pretrain/<dataset>/shard_NNNNN.bin|.idx  Megatron indexed dataset of one shard
-    <root>/<blend>/pretrain/<dataset>/shard_NNNNN.json      the shard's receipt (counts, checksums, inputs)
-    <root>/<blend>/pretrain/blend.json                      Megatron-Bridge per-split blend
-    <root>/<blend>/pretrain/data_path.txt                   the same as Megatron-LM --*-data-path arguments
-    <root>/<blend>/harmony/<dataset>/shard_NNNNN.parquet    normalized Harmony rows of one shard (+ .json receipt)
-    <root>/<blend>/harmony/<dataset>/duplicates.parquet     (shard, row, id) of rows repeating an earlier id
-    <root>/<blend>/pools/<pool>/part-00000.parquet          one candidate pool (+ manifest.json)
-    <root>/<blend>/embedding/<view>/<pool>/part-00000.parquet  one embedding view of a pool
+A blend's outputs sit under one *base* folder: ``<blend>`` for the full build, ``<blend>/samples/<sample>`` for a
+sample (``--scale tiny|small`` or ``--max-rows N``), with the same layout inside, so a sample never touches the full
+build::
 
-A tokenized shard's partition key is ``<dataset>/shard_NNNNN``: the same words as its path.
+    <base>/sources/<dataset>/manifest.json            files + shard plan of one dataset
+    <base>/pretrain/<dataset>/shard_NNNNN.bin|.idx    Megatron indexed dataset of one shard
+    <base>/pretrain/<dataset>/shard_NNNNN.json        the shard's receipt (receipts.py)
+    <base>/pretrain/blend.json                        Megatron-Bridge per-split blend
+    <base>/pretrain/data_path.txt                     the same as Megatron-LM --*-data-path arguments
+    <base>/harmony/<dataset>/shard_NNNNN.parquet      normalized Harmony rows of one shard (+ .json receipt)
+    <base>/harmony/<dataset>/duplicates.parquet       (shard, row, id) of rows repeating an earlier id
+    <base>/pools/<pool>/part-00000.parquet            one candidate pool (+ manifest.json)
+    <base>/embedding/<view>/<pool>/part-00000.parquet one embedding view of a pool
+
+Partition keys use the same words as the paths (partitions.py): a dataset is ``wiki``, a shard ``wiki/shard_00000``.
 """
 
 import re
 from dataclasses import dataclass
 
+SAMPLES_DIR = "samples"
+SAMPLE_NAME = re.compile(r"^(tiny|small|rows_[1-9][0-9]*)$")
+SAMPLE_SCALES = {"tiny": 10_000, "small": 1_000_000}  # rows per dataset
 _SHARD_KEY = re.compile(r"^(?P<dataset>[a-z0-9_][a-z0-9_.-]*)/shard_(?P<index>\d{5,})$")
 
 
@@ -35,40 +42,68 @@ class ShardKey:
         return ShardKey(match["dataset"], int(match["index"]))
 
 
-def harmony_partitions_name(blend: str) -> str:
-    """Dynamic partitions of a blend's Harmony shards (its family datasets)."""
-    return f"{blend}__harmony_shards"
+# --- samples ----------------------------------------------------------------------------------------------
+def sample_name(scale: str | None = None, max_rows: int | None = None) -> str | None:
+    """The sample a ``--scale``/``--max-rows`` request builds (None: the full build)."""
+    if scale not in (None, "full") and max_rows is not None:
+        raise ValueError("give either a scale (tiny, small) or max_rows, not both")
+    if max_rows is not None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+        return f"rows_{max_rows}"
+    if scale in (None, "full"):
+        return None
+    if scale not in SAMPLE_SCALES:
+        raise ValueError(f"scale must be tiny, small or full, got {scale!r}")
+    return scale
 
 
-def pretrain_partitions_name(blend: str) -> str:
-    """Dynamic partitions of a blend's pretraining shards (its datasets without a family)."""
-    return f"{blend}__pretrain_shards"
+def sample_rows(sample: str) -> int:
+    """Rows per dataset of a sample: ``tiny`` 10,000, ``small`` 1,000,000, ``rows_N`` N."""
+    check_sample(sample)
+    return SAMPLE_SCALES[sample] if sample in SAMPLE_SCALES else int(sample[len("rows_"):])
 
 
-def manifest_path(blend: str, dataset: str) -> str:
-    return f"{blend}/sources/{dataset}/manifest.json"
+def check_sample(sample: str) -> str:
+    if not SAMPLE_NAME.match(sample):
+        raise ValueError(f"not a sample name: {sample!r} (tiny, small or rows_N)")
+    return sample
 
 
-def shard_prefix(blend: str, key: ShardKey) -> str:
-    return f"{blend}/pretrain/{key.dataset}/shard_{key.index:05d}"
+def base_dir(blend: str, sample: str | None = None) -> str:
+    """The folder every output of the full build (``sample=None``) or of one sample lives under."""
+    return blend if sample is None else f"{blend}/{SAMPLES_DIR}/{check_sample(sample)}"
 
 
-def pretrain_dir(blend: str) -> str:
-    return f"{blend}/pretrain"
+def samples_dir(blend: str) -> str:
+    return f"{blend}/{SAMPLES_DIR}"
 
 
-def harmony_shard_path(blend: str, key: ShardKey) -> str:
-    """``<blend>/harmony/<dataset>/shard_NNNNN.parquet`` (its receipt: the same name with ``.json``)."""
-    return f"{blend}/harmony/{key.dataset}/shard_{key.index:05d}.parquet"
+# --- paths (``base`` is ``base_dir(blend, sample)``) ----------------------------------------------------------
+def manifest_path(base: str, dataset: str) -> str:
+    return f"{base}/sources/{dataset}/manifest.json"
 
 
-def duplicates_path(blend: str, dataset: str) -> str:
-    return f"{blend}/harmony/{dataset}/duplicates.parquet"
+def shard_prefix(base: str, key: ShardKey) -> str:
+    return f"{base}/pretrain/{key.dataset}/shard_{key.index:05d}"
 
 
-def pool_dir(blend: str, pool: str) -> str:
-    return f"{blend}/pools/{pool}"
+def pretrain_dir(base: str) -> str:
+    return f"{base}/pretrain"
 
 
-def embedding_dir(blend: str, view: str, pool: str) -> str:
-    return f"{blend}/embedding/{view}/{pool}"
+def harmony_shard_path(base: str, key: ShardKey) -> str:
+    """``<base>/harmony/<dataset>/shard_NNNNN.parquet`` (its receipt: the same name with ``.json``)."""
+    return f"{base}/harmony/{key.dataset}/shard_{key.index:05d}.parquet"
+
+
+def duplicates_path(base: str, dataset: str) -> str:
+    return f"{base}/harmony/{dataset}/duplicates.parquet"
+
+
+def pool_dir(base: str, pool: str) -> str:
+    return f"{base}/pools/{pool}"
+
+
+def embedding_dir(base: str, view: str, pool: str) -> str:
+    return f"{base}/embedding/{view}/{pool}"

@@ -9,8 +9,8 @@ re-executed from there. A set of partitions becomes runs of contiguous partition
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import dagster as dg
 from dagster._core.code_pointer import CodePointer
@@ -27,8 +27,12 @@ class RunOutcome:
     run_id: str
     success: bool
     partitions: tuple[str, ...]
-    error: str = ""
+    error: str = ""  # the located error of the first failed step (all its failed partitions), else ""
     seconds: float = 0.0
+    asset: str = ""
+
+    def for_asset(self, asset: str) -> "RunOutcome":
+        return replace(self, asset=asset)
 
 
 def repository_origin() -> RepositoryPythonOrigin:
@@ -39,21 +43,6 @@ def repository_origin() -> RepositoryPythonOrigin:
 def load_repository() -> tuple[RepositoryPythonOrigin, dg.RepositoryDefinition]:
     origin = repository_origin()
     return origin, recon_repository_from_origin(origin).get_definition()
-
-
-def contiguous_ranges(all_keys: Sequence[str], wanted: Sequence[str], max_per_run: int) -> Iterator[list[str]]:
-    """Split ``wanted`` into runs of keys adjacent in ``all_keys`` order, each at most ``max_per_run`` long."""
-    wanted_set = set(wanted)
-    run: list[str] = []
-    for key in all_keys:
-        if key in wanted_set and len(run) < max_per_run:
-            run.append(key)
-            continue
-        if run:
-            yield run
-        run = [key] if key in wanted_set else []
-    if run:
-        yield run
 
 
 def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition, instance: dg.DagsterInstance,

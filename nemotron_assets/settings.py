@@ -1,7 +1,8 @@
 """Settings that come from the environment, in one place.
 
-``NEMOTRON_DATA_ROOT``   storage root: a local folder (default ``./data``) or ``s3://bucket/prefix``; an
-                         ``s3://`` root alone is enough to write every output to S3
+``NEMOTRON_DATA_ROOT``   storage root: a local folder (default: ``data/`` of this checkout, like ``blends/`` and
+                         ``dagster_home/``, so outputs and run records stay together wherever a command runs from)
+                         or ``s3://bucket/prefix``; an ``s3://`` root alone is enough to write every output to S3
 ``NEMOTRON_BLENDS_DIR``  folder of blend files (default: ``blends/`` of this checkout)
 ``NEMOTRON_DEPLOYMENT``  ``local`` (default) or ``s3``: both use the sqlite instance in this checkout's
                          ``dagster_home/`` when ``DAGSTER_HOME`` is not set; ``s3`` also insists on an ``s3://``
@@ -19,7 +20,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DEPLOYMENTS = ("local", "s3", "cluster")
-NOT_IMPLEMENTED_DEPLOYMENTS: tuple[str, ...] = ()
 CLUSTER_DAGSTER_HOME = REPO_ROOT / "deployments" / "cluster"
 
 # StorageResource field -> the standard AWS variable it is read from (through dg.EnvVar, never by value).
@@ -37,7 +37,7 @@ class DeploymentError(ValueError):
 
 def data_root() -> str:
     """The storage root; a local one made absolute once, so every run process writes to the same folder."""
-    root = os.environ.get("NEMOTRON_DATA_ROOT") or "./data"
+    root = os.environ.get("NEMOTRON_DATA_ROOT") or str(REPO_ROOT / "data")
     return root if "://" in root else str(Path(root).expanduser().resolve())
 
 
@@ -51,14 +51,11 @@ def s3_endpoint_url() -> str | None:
 
 
 def deployment() -> str:
-    """``NEMOTRON_DEPLOYMENT``, checked: a typo or an unimplemented deployment fails loudly at load time instead
+    """``NEMOTRON_DEPLOYMENT``, checked: a typo fails loudly (every command, and the code location's load) instead
     of silently running against the wrong instance or storage."""
     name = (os.environ.get("NEMOTRON_DEPLOYMENT") or "local").strip().lower()
     if name not in DEPLOYMENTS:
         raise DeploymentError(f"NEMOTRON_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
-    if name in NOT_IMPLEMENTED_DEPLOYMENTS:
-        raise DeploymentError(f"NEMOTRON_DEPLOYMENT={name!r} is not implemented yet (Postgres run storage and the "
-                              f"Ray run launcher); use 'local' or 's3'")
     if name == "s3" and not data_root().startswith("s3://"):
         raise DeploymentError(f"NEMOTRON_DEPLOYMENT='s3' needs NEMOTRON_DATA_ROOT=s3://bucket/prefix, "
                               f"got {data_root()!r}")

@@ -6,17 +6,35 @@ the folder after it, so a crash or power loss cannot leave a name (a receipt abo
 never reached the disk; on S3 one upload per object (an object appears whole or not at all). So a failure
 leaves either the old file or nothing, never half a file. A step that publishes several files deletes its
 "done" marker first and writes it last, so readers never mistake a partial set for a finished one.
+
+A staging folder is named after the process that owns it (``<host>-<pid>-<process start>-<random>``), so a
+process killed with ``kill -9`` leaves a folder that the next run can recognise as orphaned and remove
+(``remove_orphaned_staging``) without touching the folders of runs that are still going.
 """
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from nemotron_assets.processes import owner_alive, owner_token
+
 STAGING_DIR = ".staging"
+S3_STAGING_PREFIX = "nemotron-staging-"
+HASH_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class OrphanedStaging:
+    """A staging folder whose owning process is gone: what it held and whether it was removed."""
+
+    path: str
+    bytes: int
 
 
 class Storage:
@@ -74,17 +92,43 @@ class Storage:
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:
         """A private local folder for files about to be committed; removed afterwards, whatever happens."""
-        if self.is_s3:
-            folder = Path(tempfile.mkdtemp(prefix="nemotron-staging-"))
-        else:
-            base = Path(self.root) / STAGING_DIR
-            base.mkdir(parents=True, exist_ok=True)
-            folder = base / uuid.uuid4().hex
-            folder.mkdir()
+        base = self._staging_base()
+        base.mkdir(parents=True, exist_ok=True)
+        prefix = S3_STAGING_PREFIX if self.is_s3 else ""
+        folder = base / f"{prefix}{owner_token()}-{uuid.uuid4().hex[:12]}"
+        folder.mkdir()
         try:
             yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _staging_base(self) -> Path:
+        """Local roots stage next to the outputs (same file system, so ``os.replace`` is atomic); S3 roots in the
+        machine's temp folder."""
+        return Path(tempfile.gettempdir()) if self.is_s3 else Path(self.root) / STAGING_DIR
+
+    def orphaned_staging(self) -> list[OrphanedStaging]:
+        """Staging folders of this machine whose owning process no longer runs (killed mid-step)."""
+        base = self._staging_base()
+        prefix = S3_STAGING_PREFIX if self.is_s3 else ""
+        if not base.is_dir():
+            return []
+        found = []
+        for folder in sorted(base.iterdir()):
+            if not folder.is_dir() or not folder.name.startswith(prefix):
+                continue
+            token = folder.name[len(prefix):].rsplit("-", 1)[0]  # <host>-<pid>-<start>-<random>
+            if owner_alive(token) is False:
+                size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+                found.append(OrphanedStaging(str(folder), size))
+        return found
+
+    def remove_orphaned_staging(self) -> list[OrphanedStaging]:
+        """Delete the staging folders that killed processes left behind; returns what was removed."""
+        removed = self.orphaned_staging()
+        for orphan in removed:
+            shutil.rmtree(orphan.path, ignore_errors=True)
+        return removed
 
     def commit(self, staged: Path, relative: str) -> None:
         """Publish a staged file at ``relative``, replacing any previous version atomically."""
@@ -125,6 +169,23 @@ class Storage:
         target = self.url(relative)
         return int(self.fs.info(target)["size"]) if self.is_s3 else os.path.getsize(target)
 
+    def stamp(self, relative: str) -> str:
+        """What changes whenever the stored object is rewritten, read without reading its content: the
+        modification time in nanoseconds on local disk, the ETag on S3."""
+        target = self.url(relative)
+        if self.is_s3:
+            self.fs.invalidate_cache(target)
+            return "etag:" + str(self.fs.info(target).get("ETag", "")).strip('"')
+        return f"mtime_ns:{os.stat(target).st_mtime_ns}"
+
+    def sha256(self, relative: str) -> str:
+        """sha256 of the stored bytes, streamed."""
+        digest = hashlib.sha256()
+        with self.open(relative) as stream:
+            while chunk := stream.read(HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+
     def read_bytes(self, relative: str) -> bytes:
         target = self.url(relative)
         if self.is_s3:
@@ -135,6 +196,20 @@ class Storage:
         """Binary read handle (streams from S3)."""
         target = self.url(relative)
         return self.fs.open(target, "rb") if self.is_s3 else open(target, "rb")
+
+    def list_dirs(self, relative_dir: str) -> list[str]:
+        """Names of the folders directly in a folder, sorted; [] if it does not exist."""
+        target = self.url(relative_dir)
+        if self.is_s3:
+            self.fs.invalidate_cache(target)
+            try:
+                entries = self.fs.ls(target, detail=True)
+            except FileNotFoundError:
+                return []
+            return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+        if not os.path.isdir(target):
+            return []
+        return sorted(n for n in os.listdir(target) if os.path.isdir(Path(target) / n))
 
     def list(self, relative_dir: str) -> list[str]:
         """Relative paths of the files directly in a folder, sorted; [] if it does not exist."""

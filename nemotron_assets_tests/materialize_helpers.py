@@ -7,15 +7,17 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
 from nemotron_assets.blend import Blend, load_blend
+from nemotron_assets.partitions import Scope
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage
 
 
-def pipeline_for(blend_file: Path, **overrides) -> tuple[Blend, PretrainAssets]:
+def pipeline_for(blend_file: Path, samples: bool = False, **overrides) -> tuple[Blend, PretrainAssets]:
+    """The blend's full-build assets, or with ``samples`` its sample twins; ``overrides`` change blend settings."""
     blend = load_blend(blend_file)
     if overrides:
         blend = blend.model_copy(update=overrides)
-    return blend, build_pretrain_assets(blend, blend_file)
+    return blend, build_pretrain_assets(blend, blend_file, Scope(blend.name, samples=samples))
 
 
 def run_asset(pipeline: PretrainAssets, asset, root: str, instance: dg.DagsterInstance,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from nemotron_assets.definitions import build_definitions
 from nemotron_assets_tests.materialize_helpers import pipeline_for, run_asset
@@ -15,6 +16,12 @@ from nemotron_assets_tests.s3_server import apply_environment, make_bucket, moto
 SENSOR = "sample__new_source_files"
 SCHEDULE = "sample__nightly_missing_shards"
 DATASETS = ["wiki", "reference", "code", "wiki_valid", "reference_test"]
+
+
+def _edit_blend(path: Path, **settings) -> None:
+    blend = yaml.safe_load(path.read_text())
+    blend.update(settings)
+    path.write_text(yaml.safe_dump(blend))
 
 
 def _definitions(blends: Path, tmp_path: Path) -> dg.Definitions:
@@ -34,7 +41,7 @@ def _sense(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | Non
 def _scheduled_ranges(defs: dg.Definitions, instance: dg.DagsterInstance, name: str = SCHEDULE) -> list[tuple]:
     """(first, last) partition of each run one schedule tick requests."""
     repository = defs.get_repository_def()
-    context = dg.build_schedule_context(instance=instance, repository_def=repository)
+    context = dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources)
     result = repository.get_schedule_def(name).evaluate_tick(context)
     ranges = []
     for request in result.run_requests:
@@ -115,9 +122,15 @@ def test_schedule_requests_only_missing_failed_or_stale_shards(sample_blends, tm
     assert _scheduled_ranges(defs, instance) == [("wiki/shard_00000", "wiki/shard_00000"),
                                                  ("wiki/shard_00002", "reference/shard_00000"),
                                                  ("wiki_valid/shard_00000", "reference_test/shard_00000")]
-    run_asset(sample, sample.source_split, root, instance, ["code"])  # re-planned: its shard is stale
+    run_asset(sample, sample.source_split, root, instance, ["code"])  # re-planned from the same file: still done
     assert _scheduled_ranges(defs, instance) == [("wiki/shard_00000", "wiki/shard_00000"),
-                                                 ("wiki/shard_00002", "reference_test/shard_00000")]
+                                                 ("wiki/shard_00002", "reference/shard_00000"),
+                                                 ("wiki_valid/shard_00000", "reference_test/shard_00000")]
+    _edit_blend(sample_blends / "sample.yaml", add_eos=False)  # every shard built so far is stale now
+    defs = _definitions(sample_blends, tmp_path)
+    assert _scheduled_ranges(defs, instance) == [("wiki/shard_00000", "reference_test/shard_00000")]
+    _edit_blend(sample_blends / "sample.yaml", add_eos=True)
+    defs = _definitions(sample_blends, tmp_path)
 
     _, broken = pipeline_for(sample_blends / "broken.yaml")
     run_asset(broken, broken.source_split, root, instance, ["fine", "bad"])
@@ -131,7 +144,7 @@ def test_schedule_batches_runs_of_at_most_16_partitions_and_skips_when_all_are_b
         sample_blends, tmp_path, instance):
     defs = _definitions(sample_blends, tmp_path)
     repository = defs.get_repository_def()
-    context = dg.build_schedule_context(instance=instance, repository_def=repository)
+    context = dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources)
     assert repository.get_schedule_def(SCHEDULE).evaluate_tick(context).skip_message.startswith("all 0 shard")
     keys = [f"wiki/shard_{i:05d}" for i in range(40)]
     instance.add_dynamic_partitions("sample__pretrain_shards", keys)

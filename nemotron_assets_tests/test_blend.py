@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nemotron_assets.blend import Blend, DatasetEntry, discover_blends, load_blend, parse_size
+from nemotron_assets.blend import (
+    Blend,
+    DatasetEntry,
+    UnknownBlend,
+    discover_blends,
+    load_blend,
+    load_blend_folder,
+    parse_size,
+)
 from nemotron_assets.errors import InputError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -202,11 +210,29 @@ def test_blend_model_validates_directly():
         blend.entry("missing")
 
 
-def test_discover_blends_rejects_two_files_with_the_same_name(tmp_path):
+def test_a_second_file_with_the_same_blend_name_is_broken_and_the_first_loads(tmp_path):
     write(tmp_path, "a.yaml", "name: same\ndatasets: [{name: x, path: x.jsonl}]\n")
     write(tmp_path, "b.json", {"name": "same", "datasets": [{"name": "y", "path": "y.jsonl"}]})
-    with pytest.raises(InputError, match="blend name 'same' is also used by"):
-        discover_blends(tmp_path)
+    folder = load_blend_folder(tmp_path)
+    assert [blend.entries()[0].name for _, blend in folder.blends] == ["x"]
+    [broken] = folder.broken
+    assert broken.path == tmp_path / "b.json" and "blend name 'same' is also used by" in str(broken.error)
+
+
+def test_one_broken_blend_file_is_reported_as_that_blend_and_the_others_load(tmp_path):
+    write(tmp_path, "good.yaml", "datasets: [{name: x, path: x.jsonl}]\n")
+    write(tmp_path, "typo.yaml", "datasets: [{name: x, path: x.jsonl, wieght: 2}]\n")
+    write(tmp_path, "bad.json", "{not json")
+    folder = load_blend_folder(tmp_path)
+    assert [blend.name for _, blend in folder.blends] == ["good"]
+    assert [b.name for b in folder.broken] == ["bad", "typo"]
+    assert folder.find("good")[1].name == "good"
+    with pytest.raises(InputError, match=r"typo\.yaml.*wieght: unknown key"):
+        folder.find("typo")
+    with pytest.raises(InputError, match=r"bad\.json:1: invalid JSON"):
+        folder.find("bad")
+    with pytest.raises(UnknownBlend, match="no blend 'nosuch' \\(blends: bad, good, typo\\)"):
+        folder.find("nosuch")
 
 
 def test_discover_blends_sorted_and_ignores_other_files(tmp_path):

@@ -30,10 +30,11 @@ def _run(args, env):
 
 
 def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path):
-    done = _run(["-m", "nemotron_assets", "materialize", "sample", "--scale", "tiny"], cli_env)
+    done = _run(["-m", "nemotron_assets", "materialize", "sample"], cli_env)
     assert done.returncode == 0, done.stderr[-3000:]
     pretrain = tmp_path / "data" / "sample" / "pretrain"
-    assert json.loads((pretrain / "blend.json").read_text())["valid"][1] == "wiki_valid/shard_00000"
+    assert json.loads((pretrain / "blend.json").read_text())["valid"][1] == str(pretrain / "wiki_valid/shard_00000")
+    assert done.stderr.splitlines()[-1].startswith("done: 3 run(s) in ")
     os.environ["DAGSTER_HOME"] = cli_env["DAGSTER_HOME"]
     try:
         with dg.DagsterInstance.get() as instance:
@@ -62,11 +63,16 @@ def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
     assert (tmp_path / "data" / "sample" / "pretrain" / "code" / "shard_00000.idx").exists()
 
 
-def test_unknown_blend_and_partition_fail_with_a_clear_message(cli_env):
+def test_unknown_blend_partition_and_deployment_fail_with_a_clear_message_and_exit_2(cli_env):
     done = _run(["-m", "nemotron_assets", "materialize", "nosuch"], cli_env)
-    assert done.returncode != 0 and "no blend 'nosuch'" in done.stderr and "sample" in done.stderr
+    assert done.returncode == 2 and "no blend 'nosuch'" in done.stderr and "sample" in done.stderr
     done = _run(["-m", "nemotron_assets", "materialize", "sample", "--partition", "nosuch"], cli_env)
-    assert done.returncode != 0 and "unknown dataset 'nosuch'" in done.stderr
+    assert done.returncode == 2 and "unknown dataset 'nosuch'" in done.stderr
+    done = _run(["-m", "nemotron_assets", "materialize", "sample", "--scale", "tiny", "--max-rows", "5"], cli_env)
+    assert done.returncode == 2 and "either a scale" in done.stderr
+    for command in (["materialize", "sample"], ["status"], ["verify", "sample"]):
+        done = _run(["-m", "nemotron_assets", *command], dict(cli_env, NEMOTRON_DEPLOYMENT="locall"))
+        assert done.returncode == 2 and "NEMOTRON_DEPLOYMENT='locall' is not one of" in done.stderr, command
 
 
 def test_bad_blend_file_names_the_file_and_key(cli_env, tmp_path):
@@ -78,16 +84,32 @@ def test_bad_blend_file_names_the_file_and_key(cli_env, tmp_path):
     assert "broken.yaml" in done.stderr and "'../x'" in done.stderr
 
 
-def test_bad_line_fails_once_with_the_located_message_and_exit_status_1(cli_env, tmp_path):
+def test_bad_line_fails_once_with_the_located_message_last_and_exit_status_1(cli_env, tmp_path):
     blends = tmp_path / "blends"
     blends.mkdir()
     (blends / "bad.jsonl").write_text('{"text": "ok"}\n{"text": "broken\n')
     (blends / "bad.yaml").write_text("datasets:\n  - {name: bad, path: bad.jsonl}\n")
     done = _run(["-m", "nemotron_assets", "materialize", "bad"], dict(cli_env, NEMOTRON_BLENDS_DIR=str(blends)))
     assert done.returncode == 1
-    assert f"FAILED: bad__pretrain_shard: dataset 'bad': {blends / 'bad.jsonl'}:2: malformed JSON" in done.stderr
-    assert "RETRY" not in done.stderr  # bad input is not retried
+    lines = done.stderr.splitlines()
+    assert len(lines) < 20, done.stderr  # one line per message, no stack traces
+    error_at = next(i for i, line in enumerate(lines) if line.startswith("error in run "))
+    assert lines[error_at - 2].startswith("FAILED: 2 run(s) in ")
+    assert f"bad/shard_00000: dataset 'bad': {blends / 'bad.jsonl'}:2: malformed JSON" in lines[error_at + 1]
+    run_id = lines[error_at].split()[3]
+    assert lines[-1] == f"full log: the Dagster UI's Runs page, run {run_id}"  # the located error is last
+    assert "retrying" not in done.stderr  # bad input is not retried
     assert not list((tmp_path / "data" / "bad" / "pretrain").rglob("shard_*"))
+
+
+def test_the_done_line_counts_rows_skipped_with_on_error_skip(cli_env, tmp_path):
+    blends = tmp_path / "blends"
+    blends.mkdir()
+    (blends / "some_bad.jsonl").write_text('{"text": "ok"}\n{"text": "broken\n{"txt": "no text"}\n{"text": "ok"}\n')
+    (blends / "skip.yaml").write_text("on_error: skip\ndatasets:\n  - {name: mixed, path: some_bad.jsonl}\n")
+    done = _run(["-m", "nemotron_assets", "materialize", "skip"], dict(cli_env, NEMOTRON_BLENDS_DIR=str(blends)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "; 2 bad row(s) skipped; " in done.stderr.splitlines()[-1]
 
 
 def test_dagster_cli_partition_range_backfills_single_run_assets_and_refuses_multi_run_ones(cli_env, tmp_path):

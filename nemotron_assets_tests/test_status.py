@@ -1,5 +1,7 @@
-"""``status`` and ``verify`` as a user runs them (``cli.main``), against a sqlite instance in a temp
-DAGSTER_HOME that holds real runs of the sample blend, and files that a test then damages."""
+"""``status`` and ``verify`` as a user runs them (``cli.main``), against a sqlite instance in a temp DAGSTER_HOME that
+holds real runs of the sample blend, and files or settings that a test then changes. Every consumer uses one
+definition of "up to date" (receipts.py): these tests change each class of input and watch status, verify, the
+listing asset and materialize agree."""
 
 import json
 import shutil
@@ -7,10 +9,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from nemotron_assets.cli import main
 from nemotron_assets_tests.conftest import REPO
-from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for, run_asset
+from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for, run_asset, shard_keys
+
+BERT = REPO / "nemotron_assets_tests" / "fixtures" / "megatron" / "bert_tokenizer"
 
 
 @pytest.fixture
@@ -40,8 +45,32 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def _status(capsys, blend: str = "sample") -> dict:
+    code, out, _ = _run(capsys, "status", blend, "--json")
+    assert code == 0
+    return {d["dataset"]: d for d in json.loads(out)["blends"][0]["datasets"]}
+
+
 def _receipt(pretrain: Path, shard: str) -> dict:
     return json.loads((pretrain / f"{shard}.json").read_text())
+
+
+def _edit_blend(blends: Path, **settings) -> None:
+    path = blends / "sample.yaml"
+    blend = yaml.safe_load(path.read_text())
+    blend.update(settings)
+    path.write_text(yaml.safe_dump(blend))
+
+
+def _statuses_of_last_run(instance: dg.DagsterInstance, pipeline) -> dict[str, str]:
+    """partition -> "built" / "up to date", as the latest shard run reported them."""
+    run = instance.get_runs(filters=dg.RunsFilter(tags={}), limit=1)[0]
+    found = {}
+    for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
+        materialization = record.dagster_event.event_specific_data.materialization
+        if materialization.asset_key == pipeline.pretrain_shard.key:
+            found[materialization.partition] = materialization.metadata["status"].value
+    return found
 
 
 def test_status_counts_done_shards_tokens_and_rows_and_failed_runs(built, env, sample_blends, capsys):
@@ -61,21 +90,54 @@ def test_status_counts_done_shards_tokens_and_rows_and_failed_runs(built, env, s
     assert sample["wiki"]["planned"] == sample["wiki"]["done"] == 3
     for dataset in sample.values():
         shards = sorted((built / dataset["dataset"]).glob("shard_*.json"))
-        assert dataset["done"] == dataset["planned"] == len(shards) and not dataset["missing"] + dataset["failed"]
+        assert dataset["done"] == dataset["planned"] == len(shards)
+        assert not dataset["missing"] + dataset["failed"] and not dataset["stale"]
         assert dataset["tokens"] == sum(json.loads(p.read_text())["stats"]["tokens"] for p in shards) > 0
         assert dataset["rows"] == sum(json.loads(p.read_text())["stats"]["rows"] for p in shards) > 0
         assert dataset["outputs"] == str(built / dataset["dataset"])
     assert reports["sample"]["blend_json_exists"]
     broken_status = {d["dataset"]: d for d in reports["broken"]["datasets"]}
     assert broken_status["fine"]["done"] == 1 and not broken_status["fine"]["failed"]
-    assert broken_status["bad"]["missing"] == broken_status["bad"]["failed"] == ["bad/shard_00000"]
+    assert broken_status["bad"]["failed"] == ["bad/shard_00000"] and broken_status["bad"]["missing"] == []
 
     code, out, _ = _run(capsys, "status", "broken")
     assert code == 0 and "blend sample" not in out
     assert "(not written yet)" in out  # broken has no blend.json
-    assert "    missing: bad/shard_00000" in out and "    failed: bad/shard_00000" in out
+    assert "    failed: bad/shard_00000" in out
     total = next(line for line in out.splitlines() if line.strip().startswith("total")).split()
-    assert total[1:5] == ["2", "1", "1", "1"]  # planned, done, missing, failed
+    assert total[1:6] == ["2", "1", "0", "1", "0"]  # planned, done, stale, failed, missing
+
+
+def test_a_shard_that_finished_in_a_failed_run_is_done_and_verified(env, sample_blends, capsys):
+    """One bad dataset in a run over three datasets' shards: the others are done, in status, in verify, in the
+    UI's partition status; the failed one is listed as failed and can be re-run alone."""
+    (sample_blends / "bad.jsonl").write_text('{"text": "fine"}\n{"text": "cut off\n')
+    (sample_blends / "three.yaml").write_text("datasets:\n  - {name: first, path: sample_data/test.jsonl}\n"
+                                              "  - {name: bad, path: bad.jsonl}\n"
+                                              "  - {name: last, path: sample_data/wiki/part-00000.jsonl}\n")
+    with dg.DagsterInstance.get() as instance:
+        _, three = pipeline_for(sample_blends / "three.yaml")
+        run_asset(three, three.source_split, str(env), instance, ["first", "bad", "last"])
+        keys = shard_keys(three, instance)
+        result = run_asset(three, three.pretrain_shard, str(env), instance, keys, raise_on_error=False)
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
+        assert "bad/shard_00000" in failure and "bad.jsonl:2: malformed JSON" in failure
+        statuses = instance.get_status_by_partition(three.pretrain_shard.key, keys, three.shard_partitions)
+        assert {k: v.value for k, v in statuses.items()} == {
+            "first/shard_00000": "MATERIALIZED", "bad/shard_00000": "FAILED", "last/shard_00000": "MATERIALIZED"}
+    status = _status(capsys, "three")
+    assert (status["first"]["done"], status["last"]["done"], status["bad"]["failed"]) == (1, 1, ["bad/shard_00000"])
+    code, out, _ = _run(capsys, "verify", "three")
+    lines = out.splitlines()
+    assert not any("first/" in line or "last/" in line for line in lines), out  # complete shards verify clean
+    assert any("bad/shard_00000" in line for line in lines)
+
+    (sample_blends / "bad.jsonl").write_text('{"text": "fine"}\n{"text": "fixed"}\n')
+    with dg.DagsterInstance.get() as instance:
+        run_asset(three, three.source_split, str(env), instance, ["bad"])
+        run_asset(three, three.pretrain_shard, str(env), instance, ["bad/shard_00000"])
+    assert _status(capsys, "three")["bad"]["done"] == 1
 
 
 def test_verify_passes_then_names_each_damaged_file_and_why(built, capsys):
@@ -95,20 +157,105 @@ def test_verify_passes_then_names_each_damaged_file_and_why(built, capsys):
     code, out, _ = _run(capsys, "verify", "sample")
     assert code == 1
     lines = out.splitlines()
-    assert f"{wiki_bin}: sha256 " in out
-    assert any(line.startswith(f"{wiki_bin}: sha256 ") and "differs from the receipt's" in line for line in lines)
-    assert any(line.startswith(f"{wiki_bin}: sha256 ") and "differs from the materialization's" in line
-               for line in lines)
+    assert any(line.startswith(f"{wiki_bin}: stale: its .bin file changed after it was built (sha256 ")
+               for line in lines), out
     assert f"{built / 'code' / 'shard_00000.idx'}: does not exist" in lines
     assert (f"{built / 'reference' / 'shard_00000.idx'}: counts_match_metadata: tokens: files hold {tokens:,}, "
             f"the receipt says {tokens + 1:,}") in lines
-    assert f"{built / 'blend.json'}: lists code/shard_00000, which has no .idx" in lines
-    assert len(lines) == 5
+    assert (f"{built / 'blend.json'}: lists {built / 'code' / 'shard_00000'}, which is missing: its .idx file is "
+            "missing") in lines
+    assert any(line.startswith(f"{built / 'blend.json'}: lists {built / 'wiki' / 'shard_00000'}, which is stale")
+               for line in lines)
+    assert len(lines) == 5, out
 
-    code, out, _ = _run(capsys, "status", "sample")
-    assert "    missing: code/shard_00000" in out
-    code_row = next(line for line in out.splitlines() if line.strip().startswith("code ")).split()
-    assert code_row[2:6] == ["1", "0", "1", "0"]  # planned, done, missing, failed
+    status = _status(capsys)
+    assert status["code"]["missing"] == ["code/shard_00000"]
+    assert list(status["wiki"]["stale"]) == ["wiki/shard_00000"]
+
+
+def test_a_corrupted_shard_is_rebuilt_by_the_next_materialize(built, env, sample_blends, capsys):
+    wiki_bin = built / "wiki" / "shard_00001.bin"
+    original = wiki_bin.read_bytes()
+    data = bytearray(original)
+    data[5] ^= 0x10  # one flipped bit; size and format unchanged
+    wiki_bin.write_bytes(bytes(data))
+    assert "wiki/shard_00001" in _status(capsys)["wiki"]["stale"]
+    with dg.DagsterInstance.get() as instance:
+        _, pipeline = pipeline_for(sample_blends / "sample.yaml")
+        run_asset(pipeline, pipeline.pretrain_shard, str(env), instance, shard_keys(pipeline, instance))
+        statuses = _statuses_of_last_run(instance, pipeline)
+    assert statuses["wiki/shard_00001"] == "built"
+    assert {k for k, v in statuses.items() if v == "built"} == {"wiki/shard_00001"}
+    assert wiki_bin.read_bytes() == original
+    assert _run(capsys, "verify", "sample")[0] == 0
+
+
+def test_a_file_copied_back_unchanged_is_still_done(built, capsys):
+    wiki_bin = built / "wiki" / "shard_00002.bin"
+    data = wiki_bin.read_bytes()
+    wiki_bin.unlink()
+    wiki_bin.write_bytes(data)  # a new modification time, the same bytes
+    assert _status(capsys)["wiki"]["done"] == 3
+
+
+@pytest.mark.parametrize(("setting", "value", "why"), [
+    ("tokenizer_model", str(BERT), "tokenizer.sha256="),
+    ("add_eos", False, "settings.add_eos=true, now false"),
+    ("max_doc_tokens", 64, "settings.max_doc_tokens=null, now 64"),
+    ("dtype", "uint16", 'settings.dtype="int32", now "uint16"'),
+])
+def test_each_setting_class_makes_every_shard_stale_everywhere(built, env, sample_blends, capsys, setting, value,
+                                                               why):
+    if setting == "dtype":  # a vocabulary that fits uint16, built first with Megatron's rule, then widened
+        _edit_blend(sample_blends, tokenizer_model=str(BERT))
+        with dg.DagsterInstance.get() as instance:
+            _, pipeline = pipeline_for(sample_blends / "sample.yaml")
+            materialize_all(pipeline, str(env), instance)
+        value, why = "int32", 'settings.dtype="uint16", now "int32"'
+    _edit_blend(sample_blends, **{setting: value})
+
+    status = _status(capsys)
+    assert all(d["done"] == 0 and len(d["stale"]) == d["planned"] for d in status.values())
+    assert why in status["wiki"]["stale"]["wiki/shard_00000"]
+
+    code, out, _ = _run(capsys, "verify", "sample")
+    assert code == 1
+    assert f"{built / 'wiki' / 'shard_00000.json'}: stale: built with " in out and why in out
+
+    with dg.DagsterInstance.get() as instance:
+        _, pipeline = pipeline_for(sample_blends / "sample.yaml")
+        refused = run_asset(pipeline, pipeline.megatron_blend, str(env), instance, raise_on_error=False)
+        assert not refused.success
+        message = next(e for e in refused.all_events if e.is_step_failure).step_failure_data.error.message
+        assert "shard(s) are stale" in message and why in message and "wiki/shard_00000" in message
+
+        keys = shard_keys(pipeline, instance)
+        run_asset(pipeline, pipeline.pretrain_shard, str(env), instance, keys[:2])  # rebuild two of them
+        assert _statuses_of_last_run(instance, pipeline) == dict.fromkeys(keys[:2], "built")
+        assert sum(len(d["stale"]) for d in _status(capsys).values()) == len(keys) - 2
+        run_asset(pipeline, pipeline.pretrain_shard, str(env), instance, keys)  # exactly the rest is rebuilt
+        assert _statuses_of_last_run(instance, pipeline) == {k: "built" if k in keys[2:] else "up to date"
+                                                             for k in keys}
+        run_asset(pipeline, pipeline.megatron_blend, str(env), instance)
+    assert _run(capsys, "verify", "sample")[0] == 0
+
+
+def test_a_weight_change_rebuilds_only_blend_json(built, env, sample_blends, capsys):
+    shard_files = {p: p.stat().st_mtime_ns for p in built.rglob("shard_*")}
+    before = json.loads((built / "blend.json").read_text())
+    blend = yaml.safe_load((sample_blends / "sample.yaml").read_text())
+    blend["train"][0]["weight"] = 0.9
+    (sample_blends / "sample.yaml").write_text(yaml.safe_dump(blend))
+    assert all(d["done"] == d["planned"] for d in _status(capsys).values())
+    with dg.DagsterInstance.get() as instance:
+        _, pipeline = pipeline_for(sample_blends / "sample.yaml")
+        materialize_all(pipeline, str(env), instance)
+        assert set(_statuses_of_last_run(instance, pipeline).values()) in ({"up to date"}, set())
+    assert {p: p.stat().st_mtime_ns for p in built.rglob("shard_*")} == shard_files
+    after = json.loads((built / "blend.json").read_text())
+    assert after != before and after["valid"] == before["valid"]
+    assert sum(float(w) for w in after["train"][0::2] if "/wiki/" in after["train"][after["train"].index(w) + 1]) \
+        == pytest.approx(0.9)
 
 
 def test_verify_of_an_unbuilt_blend_names_the_manifests_to_materialize(env, capsys):
@@ -121,21 +268,25 @@ def test_verify_of_an_unbuilt_blend_names_the_manifests_to_materialize(env, caps
 
 def test_a_receipt_from_an_older_plan_is_stale(built, capsys):
     receipt = _receipt(built, "wiki/shard_00001")
-    receipt["source_fingerprint"] = "0" * 64
+    receipt["inputs"]["source"] = "0" * 64
     (built / "wiki" / "shard_00001.json").write_text(json.dumps(receipt))
     code, out, _ = _run(capsys, "verify", "sample")
     assert code == 1
-    assert f"{built / 'wiki' / 'shard_00001.json'}: built from another plan of 'wiki'" in out
-    assert f"{built / 'blend.json'}: lists wiki/shard_00001, which was built from another plan" in out
-    code, out, _ = _run(capsys, "status", "sample", "--json")
-    wiki = next(d for d in json.loads(out)["blends"][0]["datasets"] if d["dataset"] == "wiki")
-    assert wiki["missing"] == ["wiki/shard_00001"] and wiki["done"] == 2
+    assert f"{built / 'wiki' / 'shard_00001.json'}: stale: built with source=\"000000000000…" in out
+    assert f"{built / 'blend.json'}: lists {built / 'wiki' / 'shard_00001'}, which is stale" in out
+    wiki = _status(capsys)["wiki"]
+    assert list(wiki["stale"]) == ["wiki/shard_00001"] and wiki["done"] == 2
 
 
-def test_unknown_blend_is_an_error_naming_the_known_ones(env):
-    with pytest.raises(SystemExit, match="no blend 'nosuch'.*sample"):
-        main(["status", "nosuch"])
-
+def test_unknown_and_broken_blends_are_errors_naming_them(env, sample_blends, capsys):
+    code, _, err = _run(capsys, "status", "nosuch")
+    assert code == 2 and "no blend 'nosuch'" in err and "sample" in err
+    (sample_blends / "typo.yaml").write_text("datasets:\n  - {name: x, path: x.jsonl, wieght: 2}\n")
+    code, _, err = _run(capsys, "verify", "typo")
+    assert code == 2 and "typo.yaml" in err and "wieght" in err
+    code, out, _ = _run(capsys, "status")
+    assert code == 0 and "blend sample:" in out
+    assert "blend typo: cannot be checked:" in out and "wieght" in out
 
 
 def test_status_and_verify_leave_family_datasets_to_the_harmony_path(monkeypatch, tmp_path, capsys):

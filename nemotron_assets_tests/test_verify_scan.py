@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemotron_assets.formats.megatron import DType
-from nemotron_assets.pretrain import verify
+from nemotron_assets.pretrain import shard_checks
 
 
 class ShortReads(io.RawIOBase):
@@ -49,6 +49,6 @@ class OneFileStore:
 def test_scan_finds_the_maximum_across_split_reads(dtype, tokens, sizes, scan_bytes):
     values = np.array(tokens, dtype=dtype.numpy)
     # small blocks: many refills, tokens split at every possible offset
-    found = verify.max_token_id(OneFileStore(ShortReads(values.tobytes(), sizes)), "x.bin",
+    found = shard_checks.max_token_id(OneFileStore(ShortReads(values.tobytes(), sizes)), "x.bin",
                                 SimpleNamespace(dtype=dtype), block_bytes=scan_bytes)
     assert found == (int(values.max()) if values.size else None)

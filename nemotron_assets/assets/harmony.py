@@ -18,32 +18,36 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from nemotron_assets.assets.reporting import bad_input_fails_without_retry, emit_partition_results
+from nemotron_assets.assets.reporting import CheckOutcome, materialize_partitions, partitioned_asset
 from nemotron_assets.blend import Blend
 from nemotron_assets.layout import (
     ShardKey,
     duplicates_path,
     embedding_dir,
-    harmony_partitions_name,
     harmony_shard_path,
-    manifest_path,
     pool_dir,
 )
+from nemotron_assets.partitions import SHARDS_PER_RUN, harmony_partitions_name
 from nemotron_assets.posttrain.dedup import find_duplicates
 from nemotron_assets.posttrain.embedding import PASS_THROUGH, VIEWS, embed_text, word_count
 from nemotron_assets.posttrain.harmony_shard import build_harmony_shard
 from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, pool_predicate
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.sources.manifest import SourceManifest, read_options
+from nemotron_assets.sources.manifest import read_manifest as read_manifest_at
 from nemotron_assets.storage import Storage
 
-HARMONY_SHARDS_PER_RUN = 16
+ROWS_MATCH_SOURCE = "rows_match_source_minus_drops"
+IDS_UNIQUE = "ids_unique_after_dedup"
+ROWS_SATISFY_PREDICATE = "rows_satisfy_predicate"
 
 
 class PoolConfig(dg.Config):
     high_correctness: float = Field(0.875, description="correctness >= this is high")
     low_correctness: float = Field(0.25, description="correctness <= this is low")
     long_context_tokens: int = Field(8192, description="approx. tokens >= this is long context")
+    include_placeholder_prompts: bool = Field(False, description="let rows whose user prompt is a placeholder "
+                                                                 "(empty, whitespace, '-') into the pools")
 
 
 @dataclass(frozen=True)
@@ -53,22 +57,21 @@ class HarmonyAssets:
     candidate_pool: dg.AssetsDefinition
     embedding_view: dg.AssetsDefinition
     behavior_report: dg.AssetsDefinition
-    checks: list[dg.AssetChecksDefinition]
     family_partitions: dg.StaticPartitionsDefinition
     shard_partitions: dg.DynamicPartitionsDefinition
 
     @property
     def definitions(self) -> list:
         return [self.harmony_shard, self.harmony_dedup, self.candidate_pool, self.embedding_view,
-                self.behavior_report, *self.checks]
+                self.behavior_report]
 
 
 def read_manifest(store: Storage, blend: str, dataset: str) -> SourceManifest:
-    path = manifest_path(blend, dataset)
-    if not store.exists(path):
-        raise dg.Failure(f"{store.url(path)} does not exist: materialize {blend}/source_split partition "
-                         f"{dataset!r} first", allow_retries=False)
-    return SourceManifest.from_json(json.loads(store.read_bytes(path)))
+    try:
+        return read_manifest_at(store, blend, dataset)
+    except FileNotFoundError as exc:
+        raise dg.Failure(f"{exc} does not exist: materialize {blend}/source_split partition {dataset!r} first",
+                         allow_retries=False) from None
 
 
 def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition) -> HarmonyAssets:
@@ -77,128 +80,64 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition) -> Har
     family_datasets = [e.name for e in blend.entries() if e.family]
     family_partitions = dg.StaticPartitionsDefinition(family_datasets)
     shard_partitions = dg.DynamicPartitionsDefinition(name=harmony_partitions_name(name))
+    pool_partitions = dg.StaticPartitionsDefinition(list(POOL_NAMES))
 
-    @dg.asset(
-        key=[name, "harmony_shard"], group_name=name, partitions_def=shard_partitions,
+    @partitioned_asset(
+        [name, "harmony_shard"], group=name, partitions_def=shard_partitions, kinds={"parquet"},
         deps=[dg.AssetDep(source_split, partition_mapping=dg.AllPartitionMapping())],
-        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=HARMONY_SHARDS_PER_RUN),
-        kinds={"parquet"},
+        checks={ROWS_MATCH_SOURCE: "rows in the Parquet = source rows read - counted drops"},
+        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN),
         description="Normalizes one shard of a post-training dataset into Harmony text + metadata (Parquet, zstd).",
     )
     def harmony_shard(context: dg.AssetExecutionContext, storage: StorageResource):
         store = storage.get()
         manifests: dict[str, SourceManifest] = {}
-        per_partition = {}
-        for partition in context.partition_keys:
-            key = ShardKey.parse(partition)
-            entry = blend.entry(key.dataset)
-            if key.dataset not in manifests:
-                manifests[key.dataset] = read_manifest(store, name, key.dataset)
-            manifest = manifests[key.dataset]
-            relative = harmony_shard_path(name, key)
-            with store.staging() as folder, bad_input_fails_without_retry():
-                staged = folder / "shard.parquet"
-                stats = build_harmony_shard(manifest, key.index, entry.family, entry.split,
-                                            read_options(blend, entry), staged)
-                receipt = {"shard": partition, "source_fingerprint": manifest.shard_fingerprint(key.index),
-                           "stats": stats.as_dict()}
-                store.delete(relative[: -len(".parquet")] + ".json")
-                store.commit(staged, relative)
-                store.write_bytes(relative[: -len(".parquet")] + ".json",
-                                  json.dumps(receipt, indent=1, sort_keys=True).encode())
-            if stats.dropped:
-                context.log.warning(f"{partition}: dropped {sum(stats.dropped.values())} unreadable row(s): "
-                                    f"{dict(stats.dropped)}; first: {stats.examples[0]}")
-            context.log.info(f"{partition}: {stats.records:,} rows ({stats.valid:,} valid Harmony)")
-            per_partition[partition] = {
-                "path": dg.MetadataValue.path(store.url(relative)),
-                "source_rows": dg.MetadataValue.int(stats.rows),
-                "rows": dg.MetadataValue.int(stats.records),
-                "valid_harmony": dg.MetadataValue.int(stats.valid),
-                "dropped_by_reason": dg.MetadataValue.json(dict(stats.dropped)),
-                "flags": dg.MetadataValue.json(dict(stats.flags)),
-                "domains": dg.MetadataValue.json(dict(stats.domains)),
-                "difficulty": dg.MetadataValue.json(dict(stats.difficulty)),
-                "bytes": dg.MetadataValue.int(stats.bytes),
-                "sha256": dg.MetadataValue.text(stats.sha256),
-            }
-        yield from emit_partition_results(context, per_partition, {"shards": len(per_partition)})
+        yield from materialize_partitions(
+            context, dg.AssetKey([name, "harmony_shard"]), context.partition_keys,
+            build=lambda partition: normalize_shard(context, store, blend, manifests, partition),
+            check=lambda partition: [check_shard_rows(store, name, partition)])
 
-    @dg.asset(
-        key=[name, "harmony_dedup"], group_name=name, partitions_def=family_partitions,
-        deps=[dg.AssetDep(harmony_shard, partition_mapping=dg.AllPartitionMapping())], kinds={"parquet"},
+    @partitioned_asset(
+        [name, "harmony_dedup"], group=name, partitions_def=family_partitions, kinds={"parquet"},
+        deps=[dg.AssetDep(harmony_shard, partition_mapping=dg.AllPartitionMapping())],
+        checks={IDS_UNIQUE: "after removing the duplicates, every id occurs once"},
         description="Exact dedup by SHA1 of the Harmony text across all shards of a dataset; the first occurrence "
                     "in (file, row) order wins.",
     )
     def harmony_dedup(context: dg.AssetExecutionContext, storage: StorageResource):
         store = storage.get()
-        per_partition = {}
-        for dataset in context.partition_keys:
-            paths = _existing_shards(store, name, read_manifest(store, name, dataset))
-            duplicates = find_duplicates([store.url(p) for p in paths], store.polars_options())
-            with store.staging() as folder:
-                staged = folder / "duplicates.parquet"
-                duplicates.write_parquet(staged, compression="zstd")
-                store.commit(staged, duplicates_path(name, dataset))
-            rows = sum(pl.scan_parquet(store.url(p), storage_options=store.polars_options()).select(pl.len())
-                       .collect().item() for p in paths)
-            context.log.info(f"{dataset}: {len(duplicates):,} duplicate(s) of {rows:,} rows")
-            per_partition[dataset] = {"rows": dg.MetadataValue.int(rows),
-                                      "duplicates": dg.MetadataValue.int(len(duplicates)),
-                                      "unique": dg.MetadataValue.int(rows - len(duplicates))}
-        yield from emit_partition_results(context, per_partition, {"datasets": len(per_partition)})
+        yield from materialize_partitions(
+            context, dg.AssetKey([name, "harmony_dedup"]), context.partition_keys,
+            build=lambda dataset: dedup_dataset(context, store, blend, dataset),
+            check=lambda dataset: [check_ids_unique(store, name, dataset)])
 
-    pool_partitions = dg.StaticPartitionsDefinition(list(POOL_NAMES))
-
-    @dg.asset(
-        key=[name, "candidate_pool"], group_name=name, partitions_def=pool_partitions,
+    @partitioned_asset(
+        [name, "candidate_pool"], group=name, partitions_def=pool_partitions, kinds={"parquet", "polars"},
         deps=[dg.AssetDep(harmony_dedup, partition_mapping=dg.AllPartitionMapping())],
-        backfill_policy=dg.BackfillPolicy.single_run(), kinds={"parquet", "polars"},
+        checks={ROWS_SATISFY_PREDICATE: "every row of the pool satisfies the pool's predicate"},
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Rows of every normalized, deduplicated dataset that satisfy the pool's predicate.",
     )
     def candidate_pool(context: dg.AssetExecutionContext, config: PoolConfig, storage: StorageResource):
         store = storage.get()
-        thresholds = PoolThresholds(config.high_correctness, config.low_correctness, config.long_context_tokens)
+        thresholds = PoolThresholds(config.high_correctness, config.low_correctness, config.long_context_tokens,
+                                    config.include_placeholder_prompts)
         rows = normalized_rows(store, blend)
-        per_partition = {}
-        for pool in context.partition_keys:
-            with store.staging() as folder:
-                staged = folder / "part-00000.parquet"
-                rows.filter(pool_predicate(pool, thresholds)).sink_parquet(staged, compression="zstd")
-                counts = (pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows"))
-                          .sort("dataset").collect())
-                manifest = {"pool": pool, "thresholds": thresholds.__dict__,
-                            "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])),
-                            "rows": int(counts["rows"].sum())}
-                store.commit(staged, f"{pool_dir(name, pool)}/part-00000.parquet")
-                store.write_bytes(f"{pool_dir(name, pool)}/manifest.json",
-                                  json.dumps(manifest, indent=1, sort_keys=True).encode())
-            context.log.info(f"pool {pool}: {manifest['rows']:,} rows")
-            per_partition[pool] = {"rows": dg.MetadataValue.int(manifest["rows"]),
-                                   "rows_by_dataset": dg.MetadataValue.json(manifest["rows_by_dataset"]),
-                                   "path": dg.MetadataValue.path(store.url(pool_dir(name, pool)))}
-        yield from emit_partition_results(context, per_partition, {"pools": len(per_partition)})
+        yield from materialize_partitions(
+            context, dg.AssetKey([name, "candidate_pool"]), context.partition_keys,
+            build=lambda pool: write_pool(context, store, name, rows, pool, thresholds),
+            check=lambda pool: [check_pool_predicate(store, name, pool)])
 
-    @dg.asset(
-        key=[name, "embedding_view"], group_name=name, partitions_def=pool_partitions, deps=[candidate_pool],
-        backfill_policy=dg.BackfillPolicy.single_run(), kinds={"parquet"},
+    @partitioned_asset(
+        [name, "embedding_view"], group=name, partitions_def=pool_partitions, kinds={"parquet"},
+        deps=[candidate_pool], backfill_policy=dg.BackfillPolicy.single_run(),
         description="Per pool, one text per row to embed in each view: the prompt, a reasoning excerpt, and the "
                     "value-free behavior.",
     )
     def embedding_view(context: dg.AssetExecutionContext, storage: StorageResource):
         store = storage.get()
-        per_partition = {}
-        for pool in context.partition_keys:
-            source = store.url(f"{pool_dir(name, pool)}/part-00000.parquet")
-            metadata = {}
-            for view in VIEWS:
-                with store.staging() as folder:
-                    staged = folder / "part-00000.parquet"
-                    rows = write_view(source, view, staged, store.polars_options())
-                    store.commit(staged, f"{embedding_dir(name, view, pool)}/part-00000.parquet")
-                metadata[view] = dg.MetadataValue.path(store.url(embedding_dir(name, view, pool)))
-            per_partition[pool] = {"rows": dg.MetadataValue.int(rows), **metadata}
-        yield from emit_partition_results(context, per_partition, {"pools": len(per_partition)})
+        yield from materialize_partitions(context, dg.AssetKey([name, "embedding_view"]), context.partition_keys,
+                                          build=lambda pool: write_views(store, name, pool))
 
     @dg.asset(
         key=[name, "behavior_report"], group_name=name, deps=[embedding_view], kinds={"markdown"},
@@ -212,59 +151,118 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition) -> Har
         store.write_bytes(f"{name}/embedding/behavior_report.md", report.encode())
         return dg.MaterializeResult(metadata={"report": dg.MetadataValue.md(report)})
 
-    @dg.asset_check(asset=harmony_shard, name="rows_match_source_minus_drops", partitions_def=shard_partitions,
-                    description="rows in the Parquet = source rows read - counted drops")
-    def rows_match_source(context: dg.AssetCheckExecutionContext, storage: StorageResource):
-        store = storage.get()
-        problems = []
-        for partition in _check_keys(context):
-            relative = harmony_shard_path(name, ShardKey.parse(partition))
-            receipt = json.loads(store.read_bytes(relative[: -len(".parquet")] + ".json"))["stats"]
-            stored = pl.scan_parquet(store.url(relative), storage_options=store.polars_options()).select(
-                pl.len()).collect().item()
-            expected = receipt["rows"] - sum(receipt["dropped"].values())
-            if stored != expected:
-                problems.append(f"{partition}: {stored} rows stored, {expected} expected")
-        return _check_result(problems)
-
-    @dg.asset_check(asset=harmony_dedup, name="ids_unique_after_dedup", partitions_def=family_partitions,
-                    description="after removing the duplicates, every id occurs once")
-    def ids_unique(context: dg.AssetCheckExecutionContext, storage: StorageResource):
-        store = storage.get()
-        problems = []
-        for dataset in _check_keys(context):
-            kept = _deduplicated(store, name, dataset).group_by("id").agg(pl.len().alias("n")).filter(
-                pl.col("n") > 1).collect()
-            if len(kept):
-                problems.append(f"{dataset}: {len(kept)} id(s) still repeated")
-        return _check_result(problems)
-
-    @dg.asset_check(asset=candidate_pool, name="rows_satisfy_predicate", partitions_def=pool_partitions,
-                    description="every row of the pool satisfies the pool's predicate")
-    def rows_satisfy(context: dg.AssetCheckExecutionContext, storage: StorageResource):
-        store = storage.get()
-        problems = []
-        for pool in _check_keys(context):
-            path = store.url(f"{pool_dir(name, pool)}/part-00000.parquet")
-            manifest = json.loads(store.read_bytes(f"{pool_dir(name, pool)}/manifest.json"))
-            predicate = pool_predicate(pool, PoolThresholds(**manifest["thresholds"]))
-            bad = (pl.scan_parquet(path, storage_options=store.polars_options())
-                   .filter(~predicate).select(pl.len()).collect().item())
-            if bad:
-                problems.append(f"{pool}: {bad} row(s) outside the predicate")
-        return _check_result(problems)
-
     return HarmonyAssets(harmony_shard, harmony_dedup, candidate_pool, embedding_view, behavior_report,
-                         [rows_match_source, ids_unique, rows_satisfy], family_partitions, shard_partitions)
+                         family_partitions, shard_partitions)
 
 
-def _check_result(problems: list[str]) -> dg.AssetCheckResult:
-    """Passed when nothing is wrong; the problems, one per line, as metadata either way."""
-    return dg.AssetCheckResult(passed=not problems, metadata={"problems": "\n".join(problems) or "none"})
+# --- the steps ----------------------------------------------------------------------------------------------
+def normalize_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend,
+                    manifests: dict[str, SourceManifest], partition: str) -> dict:
+    key = ShardKey.parse(partition)
+    entry = blend.entry(key.dataset)
+    if key.dataset not in manifests:
+        manifests[key.dataset] = read_manifest(store, blend.name, key.dataset)
+    manifest = manifests[key.dataset]
+    relative = harmony_shard_path(blend.name, key)
+    with store.staging() as folder:
+        staged = folder / "shard.parquet"
+        stats = build_harmony_shard(manifest, key.index, entry.family, entry.split, read_options(blend, entry),
+                                    staged, messages_field=entry.messages_field, tools_field=entry.tools_field)
+        receipt = {"shard": partition, "source_fingerprint": manifest.shard_fingerprint(key.index),
+                   "stats": stats.as_dict()}
+        receipt_file = relative[: -len(".parquet")] + ".json"
+        store.delete(receipt_file)
+        store.commit(staged, relative)
+        store.write_bytes(receipt_file, json.dumps(receipt, indent=1, sort_keys=True).encode())
+    if stats.dropped:
+        context.log.warning(f"{partition}: {sum(stats.dropped.values())} row(s) not written (unreadable, or skipped "
+                            f"by their family): {dict(stats.dropped)}; first: {stats.examples[0]}")
+    context.log.info(f"{partition}: {stats.records:,} rows ({stats.valid:,} valid Harmony)")
+    return {
+        "path": dg.MetadataValue.path(store.url(relative)),
+        "source_rows": dg.MetadataValue.int(stats.rows),
+        "rows": dg.MetadataValue.int(stats.records),
+        "valid_harmony": dg.MetadataValue.int(stats.valid),
+        "placeholder_prompts": dg.MetadataValue.int(stats.placeholder_prompts),
+        "dropped_by_reason": dg.MetadataValue.json(dict(stats.dropped)),
+        "flags": dg.MetadataValue.json(dict(stats.flags)),
+        "domains": dg.MetadataValue.json(dict(stats.domains)),
+        "difficulty": dg.MetadataValue.json(dict(stats.difficulty)),
+        "bytes": dg.MetadataValue.int(stats.bytes),
+        "sha256": dg.MetadataValue.text(stats.sha256),
+    }
 
 
-def _check_keys(context: dg.AssetCheckExecutionContext) -> list[str]:
-    return list(context.partition_keys) if context.has_partition_key_range or context.has_partition_key else []
+def dedup_dataset(context: dg.AssetExecutionContext, store: Storage, blend: Blend, dataset: str) -> dict:
+    paths = _existing_shards(store, blend.name, read_manifest(store, blend.name, dataset))
+    duplicates = find_duplicates([store.url(p) for p in paths], store.polars_options())
+    with store.staging() as folder:
+        staged = folder / "duplicates.parquet"
+        duplicates.write_parquet(staged, compression="zstd")
+        store.commit(staged, duplicates_path(blend.name, dataset))
+    rows = sum(pl.scan_parquet(store.url(p), storage_options=store.polars_options()).select(pl.len())
+               .collect().item() for p in paths)
+    context.log.info(f"{dataset}: {len(duplicates):,} duplicate(s) of {rows:,} rows")
+    return {"rows": dg.MetadataValue.int(rows), "duplicates": dg.MetadataValue.int(len(duplicates)),
+            "unique": dg.MetadataValue.int(rows - len(duplicates))}
+
+
+def write_pool(context: dg.AssetExecutionContext, store: Storage, blend: str, rows: pl.LazyFrame, pool: str,
+               thresholds: PoolThresholds) -> dict:
+    predicate = pool_predicate(pool, thresholds)
+    with store.staging() as folder:
+        staged = folder / "part-00000.parquet"
+        rows.filter(predicate).sink_parquet(staged, compression="zstd")
+        counts = (pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows"))
+                  .sort("dataset").collect())
+        manifest = {"pool": pool, "thresholds": thresholds.__dict__,
+                    "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])),
+                    "rows": int(counts["rows"].sum())}
+        store.commit(staged, f"{pool_dir(blend, pool)}/part-00000.parquet")
+        store.write_bytes(f"{pool_dir(blend, pool)}/manifest.json",
+                          json.dumps(manifest, indent=1, sort_keys=True).encode())
+    context.log.info(f"pool {pool}: {manifest['rows']:,} rows")
+    return {"rows": dg.MetadataValue.int(manifest["rows"]),
+            "rows_by_dataset": dg.MetadataValue.json(manifest["rows_by_dataset"]),
+            "path": dg.MetadataValue.path(store.url(pool_dir(blend, pool)))}
+
+
+def write_views(store: Storage, blend: str, pool: str) -> dict:
+    source = store.url(f"{pool_dir(blend, pool)}/part-00000.parquet")
+    metadata = {}
+    rows = 0
+    for view in VIEWS:
+        with store.staging() as folder:
+            staged = folder / "part-00000.parquet"
+            rows = write_view(source, view, staged, store.polars_options())
+            store.commit(staged, f"{embedding_dir(blend, view, pool)}/part-00000.parquet")
+        metadata[view] = dg.MetadataValue.path(store.url(embedding_dir(blend, view, pool)))
+    return {"rows": dg.MetadataValue.int(rows), **metadata}
+
+
+# --- the checks (re-read what was committed) ------------------------------------------------------------------
+def check_shard_rows(store: Storage, blend: str, partition: str) -> CheckOutcome:
+    relative = harmony_shard_path(blend, ShardKey.parse(partition))
+    stats = json.loads(store.read_bytes(relative[: -len(".parquet")] + ".json"))["stats"]
+    stored = pl.scan_parquet(store.url(relative), storage_options=store.polars_options()).select(
+        pl.len()).collect().item()
+    expected = stats["rows"] - sum(stats["dropped"].values())
+    return CheckOutcome(ROWS_MATCH_SOURCE, stored == expected, {"rows_stored": stored, "rows_expected": expected})
+
+
+def check_ids_unique(store: Storage, blend: str, dataset: str) -> CheckOutcome:
+    repeated = _deduplicated(store, blend, dataset).group_by("id").agg(pl.len().alias("n")).filter(
+        pl.col("n") > 1).collect()
+    return CheckOutcome(IDS_UNIQUE, not len(repeated), {"ids_still_repeated": len(repeated)})
+
+
+def check_pool_predicate(store: Storage, blend: str, pool: str) -> CheckOutcome:
+    manifest = json.loads(store.read_bytes(f"{pool_dir(blend, pool)}/manifest.json"))
+    predicate = pool_predicate(pool, PoolThresholds(**manifest["thresholds"]))
+    outside = (pl.scan_parquet(store.url(f"{pool_dir(blend, pool)}/part-00000.parquet"),
+                               storage_options=store.polars_options())
+               .filter(~predicate).select(pl.len()).collect().item())
+    return CheckOutcome(ROWS_SATISFY_PREDICATE, outside == 0, {"rows_outside_predicate": outside})
 
 
 def _existing_shards(store: Storage, blend: str, manifest: SourceManifest) -> list[str]:

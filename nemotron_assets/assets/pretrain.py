@@ -1,47 +1,44 @@
 """The pretraining path of one blend, as Dagster assets:
 
     source_split (one partition per dataset)
-        -> pretrain_shard (one partition per dataset shard, ``<dataset>/shard_NNNNN``)
+        -> pretrain_shard (one partition per dataset shard, ``<dataset>/shard_NNNNN``, with its three checks)
         -> megatron_blend (blend.json + data_path.txt)
 
-Each asset resolves its inputs, calls pure code (``sources/``, ``pretrain/``, ``formats/``), commits
-files through the storage resource and reports metadata. Shard partitions are dynamic because a dataset's
-shard count comes from its size, known only once its files are listed: ``source_split`` registers them.
+The same factory builds the sample twins (``<blend>/samples/...``, partitions.py ``Scope``). Each asset resolves its
+inputs, calls one step function below, which calls pure code (``sources/``, ``pretrain/``, ``formats/``) and commits
+files through the storage resource, and reports per partition (reporting.py). Shard partitions are dynamic because a
+dataset's shard count comes from its size, known only once its files are listed: ``source_split`` registers them.
 """
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
-from nemotron_assets.assets.reporting import bad_input_fails_without_retry, emit_partition_results, histogram_markdown
-from nemotron_assets.blend import Blend
-from nemotron_assets.formats import megatron
-from nemotron_assets.layout import (
-    ShardKey,
-    harmony_partitions_name,
-    manifest_path,
-    pretrain_dir,
-    pretrain_partitions_name,
-    shard_prefix,
+from nemotron_assets.assets.reporting import (
+    CheckOutcome,
+    histogram_markdown,
+    materialize_partitions,
+    partitioned_asset,
+    permanent_errors_fail_at_once,
+    recorded_metadata,
 )
+from nemotron_assets.blend import Blend
+from nemotron_assets.errors import NotReady
+from nemotron_assets.formats import megatron
+from nemotron_assets.layout import ShardKey, pretrain_dir, sample_rows, shard_prefix
+from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, pretrain_partitions_name
+from nemotron_assets.preflight import check_before_reading
 from nemotron_assets.pretrain.blend_files import build_blend_files
-from nemotron_assets.pretrain.shard_step import materialize_shard
-from nemotron_assets.pretrain.verify import verify_shard
+from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
+from nemotron_assets.pretrain.shard_checks import CHECKS, check_shard
+from nemotron_assets.pretrain.shard_step import ShardOutcome, materialize_shard
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage, blend_outputs
-from nemotron_assets.sources.manifest import SCALES, SourceManifest, build_manifest
+from nemotron_assets.sources.manifest import SourceManifest, build_manifest, read_manifest, write_manifest
 from nemotron_assets.storage import Storage
-from nemotron_assets.tokenize.documents import DocumentOptions, cached_tokenizer
-
-SHARDS_PER_RUN = 16
-
-
-class SourceSplitConfig(dg.Config):
-    scale: str = Field("full", description="tiny (<= 10,000 rows per dataset), small (<= 1,000,000) or full.")
-    max_rows: int | None = Field(None, description="Row sample: only the first N rows of each dataset.")
+from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, cached_tokenizer
 
 
 class ShardConfig(dg.Config):
@@ -50,7 +47,8 @@ class ShardConfig(dg.Config):
 
 
 class MegatronBlendConfig(dg.Config):
-    allow_missing_shards: bool = Field(False, description="Write the blend even if planned shards are missing.")
+    allow_missing_shards: bool = Field(False, description="Write the blend even if planned shards are missing "
+                                                          "(stale shards are always refused).")
 
 
 @dataclass(frozen=True)
@@ -58,181 +56,181 @@ class PretrainAssets:
     source_split: dg.AssetsDefinition
     pretrain_shard: dg.AssetsDefinition
     megatron_blend: dg.AssetsDefinition
-    shard_checks: dg.AssetChecksDefinition
-    dataset_partitions: dg.StaticPartitionsDefinition
+    dataset_partitions: dg.PartitionsDefinition
     shard_partitions: dg.DynamicPartitionsDefinition
+    scope: Scope
 
     @property
     def definitions(self) -> list:
-        return [self.source_split, self.pretrain_shard, self.megatron_blend, self.shard_checks]
+        return [self.source_split, self.pretrain_shard, self.megatron_blend]
 
 
-def load_manifest(store: Storage, blend: Blend, dataset: str) -> SourceManifest:
-    """The dataset's current manifest; a missing one fails the step at once (a retry cannot create it)."""
-    path = manifest_path(blend.name, dataset)
-    if not store.exists(path):
-        raise dg.Failure(f"{store.url(path)} does not exist: materialize {blend.name}/source_split partition "
-                         f"{dataset!r} first", allow_retries=False)
-    return SourceManifest.from_json(json.loads(store.read_bytes(path)))
+def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = None) -> PretrainAssets:
+    """Assets of one blend's full build (or, with ``Scope(blend.name, samples=True)``, of its samples)."""
+    scope = scope or Scope(blend.name)
+    dataset_partitions = scope.partitions("datasets", dg.StaticPartitionsDefinition([e.name for e in blend.entries()]))
+    shard_partitions = scope.partitions("pretrain_shards",
+                                        dg.DynamicPartitionsDefinition(name=pretrain_partitions_name(blend.name)))
+    blend_partitions = scope.partitions("blend", None)
 
-
-def document_options(blend: Blend, backend: str = "auto") -> DocumentOptions:
-    return DocumentOptions(add_bos=blend.add_bos, add_eos=blend.add_eos, eod_token=blend.eod_token,
-                           max_doc_tokens=blend.max_doc_tokens, backend=backend)
-
-
-def build_pretrain_assets(blend: Blend, blend_file: Path) -> PretrainAssets:
-    """Assets, checks and partitions of one blend; keys are prefixed and grouped by the blend name."""
-    name = blend.name
-    dataset_partitions = dg.StaticPartitionsDefinition([e.name for e in blend.entries()])
-    shard_partitions = dg.DynamicPartitionsDefinition(name=pretrain_partitions_name(name))
-    base_dir = blend_file.parent
-
-    @dg.asset(
-        key=[name, "source_split"], group_name=name, partitions_def=dataset_partitions,
-        backfill_policy=dg.BackfillPolicy.single_run(), kinds={"python"},
+    @partitioned_asset(
+        scope.key("source_split"), group=scope.group, partitions_def=dataset_partitions, kinds={"python"},
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Resolves a dataset to an immutable file manifest (path, size, hash/ETag, rows) and plans "
                     "its shards; registers the shard partitions.",
     )
-    def source_split(context: dg.AssetExecutionContext, config: SourceSplitConfig, storage: StorageResource):
-        if config.scale not in SCALES:
-            raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {config.scale!r}")
-        limits = [x for x in (SCALES[config.scale], config.max_rows) if x is not None]
-        max_rows = min(limits) if limits else None
+    def source_split(context: dg.AssetExecutionContext, storage: StorageResource):
         store = storage.get()
-        per_partition = {}
-        for dataset in context.partition_keys:
-            with bad_input_fails_without_retry():
-                manifest = build_manifest(blend, blend.entry(dataset), base_dir, max_rows=max_rows)
-            store.write_bytes(manifest_path(name, dataset), manifest.to_bytes())
-            partitions_name = (harmony_partitions_name(name) if blend.entry(dataset).family
-                               else shard_partitions.name)  # a family dataset takes the Harmony path
-            _register_shards(context.instance, partitions_name, manifest)
-            context.log.info(f"{dataset}: {len(manifest.files)} file(s), {manifest.total_rows:,} rows, "
-                             f"{len(manifest.shards)} shard(s)")
-            per_partition[dataset] = _manifest_metadata(manifest, store.url(manifest_path(name, dataset)))
-        yield from emit_partition_results(context, per_partition, {"datasets": len(per_partition)})
+        yield from materialize_partitions(context, dg.AssetKey(scope.key("source_split")), context.partition_keys,
+                                          lambda partition: plan_dataset(context, store, blend, blend_file, scope,
+                                                                         partition))
 
-    @dg.asset(
-        key=[name, "pretrain_shard"], group_name=name, partitions_def=shard_partitions,
-        deps=[dg.AssetDep(source_split, partition_mapping=dg.AllPartitionMapping())],
+    @partitioned_asset(
+        scope.key("pretrain_shard"), group=scope.group, partitions_def=shard_partitions, kinds={"megatron"},
+        deps=[dg.AssetDep(source_split, partition_mapping=dg.AllPartitionMapping())], checks=CHECKS,
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN),
         retry_policy=dg.RetryPolicy(max_retries=2, delay=1, backoff=dg.Backoff.EXPONENTIAL),
-        kinds={"megatron"},
         description="Tokenizes one shard of a dataset into a Megatron .bin/.idx pair (byte-identical to "
-                    "Megatron-LM tools/preprocess_data.py --append-eod).",
+                    "Megatron-LM tools/preprocess_data.py --append-eod), then checks it.",
     )
     def pretrain_shard(context: dg.AssetExecutionContext, config: ShardConfig, storage: StorageResource,
                        lineage: WandbLineage):
         store = storage.get()
-        with bad_input_fails_without_retry():
-            tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision,
-                                         document_options(blend, config.tokenizer_backend))
-        context.log.info(f"tokenizer {blend.tokenizer_model}: vocab {tokenizer.vocab_size:,}, "
-                         f"backend {tokenizer.backend} ({tokenizer.backend_reason})")
+        asset_key = dg.AssetKey(scope.key("pretrain_shard"))
+        tokenizer = load_blend_tokenizer(context, blend, config.tokenizer_backend)
         manifests: dict[str, SourceManifest] = {}
-        per_partition, totals = {}, {"tokens": 0, "documents": 0, "built": 0, "up to date": 0}
-        for partition in context.partition_keys:
-            key = ShardKey.parse(partition)
-            if key.dataset not in manifests:
-                manifests[key.dataset] = load_manifest(store, blend, key.dataset)
-            manifest = manifests[key.dataset]
-            if key.index >= len(manifest.shards):
-                raise dg.Failure(f"{partition}: the current plan of {key.dataset!r} has only "
-                                 f"{len(manifest.shards)} shard(s); re-materialize its source_split",
-                                 allow_retries=False)
-            with bad_input_fails_without_retry():
-                outcome = materialize_shard(store, blend, manifest, key, tokenizer, force=config.force,
-                                            log=context.log.info)
-            stats = outcome.receipt["stats"]
-            context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, "
-                             f"{stats['tokens']:,} tokens")
-            per_partition[partition] = _shard_metadata(outcome.status, outcome.receipt,
-                                                       store.url(shard_prefix(name, key)), outcome.seconds)
-            totals["tokens"] += stats["tokens"]
-            totals["documents"] += stats["documents"]
-            totals[outcome.status] += 1
-        lineage.log_shards(context, store, name, list(per_partition.items()), manifests)
-        yield from emit_partition_results(context, per_partition, {"shards": len(per_partition), **totals})
+        built: list[tuple[str, dict]] = []
 
-    @dg.multi_asset_check(
-        specs=[
-            dg.AssetCheckSpec("bin_idx_consistent", asset=pretrain_shard, partitions_def=shard_partitions,
-                              description="magic, version, dtype, pointers = cumulative lengths, .bin size"),
-            dg.AssetCheckSpec("token_ids_below_vocab", asset=pretrain_shard, partitions_def=shard_partitions,
-                              description="every token id < the tokenizer's vocabulary size"),
-            dg.AssetCheckSpec("counts_match_metadata", asset=pretrain_shard, partitions_def=shard_partitions,
-                              description="documents/tokens in the files equal the materialization metadata"),
-        ],
-        name=f"{name}__pretrain_shard_checks",
-    )
-    def shard_checks(context: dg.AssetCheckExecutionContext, storage: StorageResource):
-        store = storage.get()
-        keys = context.partition_keys if context.has_partition_key_range or context.has_partition_key else []
-        problems: dict[str, list[str]] = {"bin_idx_consistent": [], "token_ids_below_vocab": [],
-                                          "counts_match_metadata": []}
-        for partition in keys:
-            recorded = _recorded_metadata(context.instance, pretrain_shard.key, partition)
-            result = verify_shard(store, name, ShardKey.parse(partition), recorded)
-            for check, issue in result.items():
-                if issue:
-                    problems[check].append(f"{partition}: {issue}")
-        for check, issues in problems.items():
-            yield dg.AssetCheckResult(
-                asset_key=pretrain_shard.key, check_name=check, passed=not issues,
-                metadata={"shards_checked": len(keys), "problems": dg.MetadataValue.md(
-                    "\n".join(f"- {i}" for i in issues) if issues else "none")},
-            )
+        def build(partition: str) -> dict:
+            outcome = build_shard(context, store, blend, scope, tokenizer, manifests, partition, config.force)
+            metadata = shard_metadata(outcome, store.url(shard_prefix(scope.base(outcome.sample), outcome.key)))
+            built.append((str(outcome.key), metadata))
+            return metadata
+
+        def check(partition: str) -> list[CheckOutcome]:
+            sample, shard = scope.split(partition)
+            recorded = recorded_metadata(context.instance, asset_key, partition)
+            problems = check_shard(store, shard_prefix(scope.base(sample), ShardKey.parse(shard)), recorded)
+            return [CheckOutcome(name, not problem, {"problem": problem or "none"})
+                    for name, problem in problems.items()]
+
+        try:
+            yield from materialize_partitions(context, asset_key, context.partition_keys, build, check)
+        finally:
+            if not scope.samples and built:
+                lineage.log_shards(context, store, blend.name, built, manifests)
 
     @dg.asset(
-        key=[name, "megatron_blend"], group_name=name, deps=[pretrain_shard], kinds={"json"},
-        description="Megatron-Bridge blend.json (all splits) and the equivalent --data-path arguments; "
-                    "lists only shards that exist and are non-empty.",
+        key=scope.key("megatron_blend"), group_name=scope.group, partitions_def=blend_partitions,
+        deps=[pretrain_shard], kinds={"json"},
+        description="Megatron-Bridge blend.json (train, valid and test) and the equivalent --data-path arguments; "
+                    "lists only up-to-date, non-empty shards.",
     )
     def megatron_blend(context: dg.AssetExecutionContext, config: MegatronBlendConfig, storage: StorageResource,
                        lineage: WandbLineage):
         store = storage.get()
-        manifests = {e.name: load_manifest(store, blend, e.name) for e in blend.entries() if not e.family}
-        files = build_blend_files(store, blend, manifests, allow_missing=config.allow_missing_shards)
-        for relative, data in files.outputs.items():
-            store.write_bytes(relative, data)
-        data_path = files.outputs[f"{pretrain_dir(name)}/data_path.txt"].decode()
-        metadata = {
-            "blend_json": dg.MetadataValue.path(store.url(f"{pretrain_dir(name)}/blend.json")),
-            "data_path": dg.MetadataValue.md(f"```\n{data_path}```"),
-            "shards": dg.MetadataValue.int(files.shards_listed),
-            "empty_shards_left_out": dg.MetadataValue.int(files.empty_left_out),
-            "tokens_by_split": dg.MetadataValue.json(files.tokens_by_split),
-            "blend": dg.MetadataValue.json(megatron.blend_json(files.splits)),
-        }
-        lineage.log_blend(context, store, name, metadata, blend_outputs(name), manifests)
+        sample, _ = scope.split(context.partition_keys[0]) if scope.samples else (None, None)
+        with permanent_errors_fail_at_once():
+            manifests, metadata = write_megatron_blend(store, blend, scope.base(sample), config.allow_missing_shards)
+        if not scope.samples:
+            lineage.log_blend(context, store, blend.name, metadata, blend_outputs(blend.name), manifests)
         return dg.MaterializeResult(metadata=metadata)
 
-    return PretrainAssets(source_split, pretrain_shard, megatron_blend, shard_checks, dataset_partitions,
-                          shard_partitions)
+    return PretrainAssets(source_split, pretrain_shard, megatron_blend, dataset_partitions, shard_partitions, scope)
 
 
-def _register_shards(instance: dg.DagsterInstance, partitions_name: str, manifest: SourceManifest) -> None:
-    """Make the shard partitions match the plan: add new keys, delete keys of shards the plan dropped."""
-    wanted = [str(ShardKey(manifest.dataset, s.index)) for s in manifest.shards]
+# --- the steps ----------------------------------------------------------------------------------------------
+def plan_dataset(context: dg.AssetExecutionContext, store: Storage, blend: Blend, blend_file: Path, scope: Scope,
+                 partition: str) -> dict:
+    """source_split of one dataset: check what can be checked without reading, measure and plan, write the
+    manifest, register the dataset's shard partitions."""
+    sample, dataset = scope.split(partition)
+    entry = blend.entry(dataset)
+    check_before_reading(blend, blend_file, [dataset])
+    manifest = build_manifest(blend, entry, blend_file.parent, max_rows=sample_rows(sample) if sample else None)
+    relative = write_manifest(store, scope.base(sample), manifest)
+    register_shards(context.instance, scope, "harmony" if entry.family else "pretrain", sample, manifest)
+    context.log.info(f"{partition}: {len(manifest.files)} file(s), {manifest.total_rows:,} rows, "
+                     f"{len(manifest.shards)} shard(s)")
+    return manifest_metadata(manifest, store.url(relative))
+
+
+def register_shards(instance: dg.DagsterInstance, scope: Scope, kind: str, sample: str | None,
+                    manifest: SourceManifest) -> None:
+    """Make the dataset's shard partitions match its plan: add new keys, delete keys the plan dropped."""
+    partitions_name = scope.shard_partitions_name(kind)
+    wanted = [scope.qualify(sample, str(ShardKey(manifest.dataset, s.index))) for s in manifest.shards]
+    mine = scope.qualify(sample, f"{manifest.dataset}/")  # the prefix of this dataset's keys
     existing = instance.get_dynamic_partitions(partitions_name)
     for key in existing:
-        if ShardKey.parse(key).dataset == manifest.dataset and key not in wanted:
+        if key.startswith(mine) and key not in wanted:
             instance.delete_dynamic_partition(partitions_name, key)
     missing = [k for k in wanted if k not in set(existing)]
     if missing:
         instance.add_dynamic_partitions(partitions_name, missing)
 
 
-def _recorded_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: str) -> dict | None:
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1).records
-    if not records:
-        return None
-    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+def load_blend_tokenizer(context: dg.AssetExecutionContext, blend: Blend, backend: str) -> LoadedTokenizer:
+    options = DocumentOptions(add_bos=blend.add_bos, add_eos=blend.add_eos, eod_token=blend.eod_token,
+                              max_doc_tokens=blend.max_doc_tokens, backend=backend)
+    with permanent_errors_fail_at_once():
+        tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision, options)
+    context.log.info(f"tokenizer {blend.tokenizer_model}: vocab {tokenizer.vocab_size:,}, "
+                     f"backend {tokenizer.backend} ({tokenizer.backend_reason})")
+    return tokenizer
 
 
-def _manifest_metadata(manifest: SourceManifest, url: str) -> dict:
+def build_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope,
+                tokenizer: LoadedTokenizer, manifests: dict[str, SourceManifest], partition: str,
+                force: bool) -> ShardOutcome:
+    """pretrain_shard of one partition: build it, or find it up to date."""
+    sample, shard = scope.split(partition)
+    key = ShardKey.parse(shard)
+    if key.dataset not in manifests:
+        manifests[key.dataset] = load_manifest(store, blend, scope.base(sample), key.dataset)
+    manifest = manifests[key.dataset]
+    if key.index >= len(manifest.shards):
+        raise NotReady(f"the current plan of {key.dataset!r} has only {len(manifest.shards)} shard(s); "
+                       f"re-materialize {blend.name}/source_split")
+    outcome = materialize_shard(store, blend, manifest, key, tokenizer, force=force, log=context.log.info,
+                                base=scope.base(sample))
+    stats = outcome.receipt.stats
+    context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, {stats['tokens']:,} tokens")
+    return replace(outcome, sample=sample)
+
+
+def load_manifest(store: Storage, blend: Blend, base: str, dataset: str) -> SourceManifest:
+    """The dataset's current manifest; a missing one fails the step at once (a retry cannot create it)."""
+    try:
+        return read_manifest(store, base, dataset)
+    except FileNotFoundError as exc:
+        raise NotReady(f"{exc} does not exist: materialize {blend.name}/source_split partition {dataset!r} "
+                       "first") from None
+
+
+def write_megatron_blend(store: Storage, blend: Blend, base: str, allow_missing: bool
+                         ) -> tuple[dict[str, SourceManifest], dict]:
+    """blend.json + data_path.txt of the shards under ``base``; refuses stale shards, naming them."""
+    manifests = {e.name: load_manifest(store, blend, base, e.name) for e in blend.entries() if not e.family}
+    tokenizer = blend_tokenizer_identity(blend)
+    files = build_blend_files(store, blend, manifests, tokenizer, base=base, allow_missing=allow_missing)
+    for relative, data in files.outputs.items():
+        store.write_bytes(relative, data)
+    data_path = files.outputs[f"{pretrain_dir(base)}/data_path.txt"].decode()
+    metadata = {
+        "blend_json": dg.MetadataValue.path(store.url(f"{pretrain_dir(base)}/blend.json")),
+        "data_path": dg.MetadataValue.md(f"```\n{data_path}```"),
+        "shards": dg.MetadataValue.int(files.shards_listed),
+        "empty_shards_left_out": dg.MetadataValue.int(files.empty_left_out),
+        "missing_shards_left_out": dg.MetadataValue.int(files.missing_left_out),
+        "tokens_by_split": dg.MetadataValue.json(files.tokens_by_split),
+        "blend": dg.MetadataValue.json(megatron.blend_json(files.splits)),
+    }
+    return manifests, metadata
+
+
+# --- metadata -----------------------------------------------------------------------------------------------
+def manifest_metadata(manifest: SourceManifest, url: str) -> dict:
     schema = dg.TableSchema(columns=[
         dg.TableColumn("path", "string"), dg.TableColumn("bytes", "int"), dg.TableColumn("rows", "int"),
         dg.TableColumn("format", "string"), dg.TableColumn("fingerprint", "string")])
@@ -257,11 +255,12 @@ def _manifest_metadata(manifest: SourceManifest, url: str) -> dict:
     }
 
 
-def _shard_metadata(status: str, receipt: dict, prefix_url: str, seconds: float = 0.0) -> dict:
-    stats = receipt["stats"]
+def shard_metadata(outcome: ShardOutcome, prefix_url: str) -> dict:
+    stats = outcome.receipt.stats
     return {
-        "status": dg.MetadataValue.text(status),
-        "seconds": dg.MetadataValue.float(round(seconds, 3)),
+        "status": dg.MetadataValue.text(outcome.status),
+        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        "seconds": dg.MetadataValue.float(round(outcome.seconds, 3)),
         "prefix": dg.MetadataValue.path(prefix_url),
         "rows": dg.MetadataValue.int(stats["rows"]),
         "documents": dg.MetadataValue.int(stats["documents"]),
@@ -280,5 +279,6 @@ def _shard_metadata(status: str, receipt: dict, prefix_url: str, seconds: float 
         "token_histogram": dg.MetadataValue.md(histogram_markdown(stats["histogram"])),
         "dtype": dg.MetadataValue.text(stats["dtype"]),
         "tokenizer_backend": dg.MetadataValue.text(stats["backend"]),
-        "vocab_size": dg.MetadataValue.int(receipt["vocab_size"]),
+        "long_documents": dg.MetadataValue.json(stats.get("long_documents", {})),
+        "vocab_size": dg.MetadataValue.int(stats["vocab_size"]),
     }

@@ -101,7 +101,7 @@ class IndexedDatasetWriter:
             raise FormatError("a document has more than 2**31-1 tokens; Megatron stores lengths as int32")
         if int(lengths.sum()) != len(flat_ids):
             raise ValueError(f"lengths sum to {int(lengths.sum())} but {len(flat_ids)} ids were given")
-        data = to_token_dtype(flat_ids, self.dtype).tobytes()
+        data = memoryview(np.ascontiguousarray(to_token_dtype(flat_ids, self.dtype))).cast("B")  # no extra copy
         self._bin.write(data)
         self._bin_hash.update(data)
         nonempty = lengths[lengths > 0]
@@ -215,10 +215,18 @@ def check_bin_size(index: Index, bin_size: int, name: str = ".bin") -> None:
         raise FormatError(f"{name}: {bin_size} bytes, the index describes {expected}")
 
 
-def blend_json(splits: dict[str, list[tuple[float, str]]]) -> dict[str, list[str]]:
-    """Megatron-Bridge per-split blend: flat alternating weight strings and prefixes (no extension)."""
-    return {split: [item for weight, prefix in pairs for item in (repr(float(weight)), prefix)]
-            for split, pairs in splits.items()}
+SPLITS = ("train", "valid", "test")
+
+
+def blend_json(splits: dict[str, list[tuple[float, str]]]) -> dict[str, list[str] | None]:
+    """Megatron-Bridge per-split blend: flat alternating weight strings and prefixes (no extension).
+
+    Every split key is written, ``null`` for a split without data: Megatron-LM's and Megatron-Bridge's
+    ``get_blend_and_blend_per_split`` index ``train``, ``valid`` and ``test`` unconditionally (a missing key is a
+    ``KeyError``) and their ``get_blend_from_list`` fails on an empty list, but returns "no dataset" for ``None``.
+    """
+    return {split: [item for weight, prefix in splits[split] for item in (repr(float(weight)), prefix)]
+            if splits.get(split) else None for split in SPLITS}
 
 
 def data_path_args(splits: dict[str, list[tuple[float, str]]], flat: bool = False) -> str:

@@ -1,5 +1,7 @@
-"""Raw rows of each dataset family -> Harmony messages + metadata -> normalized shard records (DESIGN.md section 3).
+"""Raw rows of each dataset family -> canonical conversations -> Harmony text + metadata (DESIGN.md sections 3, 4).
 
-Pure code: no Dagster. `families.normalize_row` is the entry point; `base` holds the record rules, `chat` the
-OpenAI-style message conversion most families share, and one small module per family reads its own fields.
+Pure code: no Dagster. `families.normalize_row` is the entry point. One small module per family reads its own
+columns (``chat.py`` holds what the chat-style families share) into a `base.NormalizedRow` whose conversation is in
+canonical OpenAI form (``canonical.py``); ``to_harmony.py`` turns that form into Harmony messages and
+``record.py`` renders the text and the shard columns.
 """

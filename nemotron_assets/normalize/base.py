@@ -1,40 +1,30 @@
-"""A normalized row and the shard record it becomes (DESIGN.md section 3).
+"""What a family mapper returns, and the small readers every mapper shares.
 
-Every family mapper turns one raw row into a `NormalizedRow`: Harmony messages (without the system/developer
-prelude), the function tools the conversation may call, the reasoning effort, and the metadata the pools filter on.
-`to_record` then renders the Harmony text and derives the columns every shard has, so the quality and statistics
-rules live in one place instead of ten mappers.
+A mapper turns one raw row into one of two things:
 
-A row the mapper cannot read at all (a required field missing, an unknown role) raises `RowError` naming the field;
-the caller counts it as a drop with that reason. A row that can be read but not stored as valid Harmony text (a
-special-token literal in its content, tool arguments that are not JSON, a tool result without a call) is *kept*:
-`to_record` returns it with ``quality_valid_harmony=False``, best-effort text and the reasons in
-``quality_flags`` / ``quality_reason``, because dropping happens in the pools, where it is counted.
+- a `NormalizedRow`: the conversation in canonical OpenAI form (``canonical.py``), the reasoning effort, and the
+  metadata the pools filter on; `record.to_record` renders the Harmony text and the shard columns from it;
+- `Skipped(reason)`: a readable row the family does not turn into a conversation (an OpenMathReasoning problem
+  without a solution, a Llama-Nemotron RL prompt without an answer). The shard counts it as ``skipped:<reason>``.
+
+A row the mapper cannot read at all (a required field missing or of the wrong type, an unknown role) raises
+`RowError` naming the field; the shard then fails naming file, line and field, or with ``on_error: skip`` counts it
+as ``unreadable:<field>``. Problems in a readable row never raise: they become quality flags (``record.py``).
 """
 
-import hashlib
-import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from nemotron_assets.errors import InputError
-from nemotron_assets.formats.harmony import (
-    REASONING_EFFORTS,
-    HarmonyError,
-    Message,
-    SpecialTokenError,
-    ToolSpec,
-    conversation_prelude,
-    render_harmony,
-    validate_messages,
-)
+from nemotron_assets.formats.harmony import REASONING_EFFORTS
 
-LOSS_MODE = "assistant_all"
-DIFFICULTY_BINS: tuple[str, ...] = ("low", "medium", "high")
-#: Correctness at or above this is an easy problem (difficulty "low"); at or below `HARD_AT_MOST` a hard one.
+DEFAULT_EFFORT = "medium"
+#: Correctness at or above this is an easy problem (difficulty "low"); at or below `HARD_AT_MOST` a hard one. The same
+#: numbers as the default high/low correctness pools (``posttrain/pools.py``).
 EASY_AT_LEAST = 0.875
 HARD_AT_MOST = 0.25
-DEFAULT_EFFORT = "medium"
+DIFFICULTY_BINS: tuple[str, ...] = ("low", "medium", "high")
 
 
 class RowError(ValueError):
@@ -50,19 +40,42 @@ class RowError(ValueError):
         return InputError(self.reason, dataset=dataset, path=path, row=row, field=self.field)
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A readable row that the family deliberately does not normalize; `reason` is a short countable code."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class SourceFields:
+    """Which columns of a raw row hold the conversation: the blend entry's ``messages_field``, ``tools_field`` and
+    ``text_field``. None means the family's own column (``messages``, ``tools``; Llama-Nemotron's ``input``)."""
+
+    messages: str | None = None
+    tools: str | None = None
+    text: str = "text"
+
+    def messages_or(self, default: str) -> str:
+        return self.messages or default
+
+    def tools_or(self, default: str) -> str:
+        return self.tools or default
+
+
 @dataclass
 class NormalizedRow:
-    """What a family mapper knows about one raw row; `to_record` turns it into shard columns.
+    """What a family mapper knows about one raw row; `record.to_record` turns it into shard columns.
 
-    `messages` holds the conversation after the prelude; `instructions` (the source's system prompt) goes into the
-    developer message. `flags` are problems the mapper noticed but that do not stop the row (``metadata_not_json``).
+    `messages` and `tools` are the canonical conversation (``canonical.py``): system turns included, Harmony's
+    fixed system/developer prelude not. `flags` are countable codes for what the mapper noticed or converted
+    (``content_object_as_json``, ``metadata_not_json``); a few of them make the row invalid (`record.INVALID_FLAGS`),
+    and `reasons` then says why in words.
     """
 
-    messages: list[Message]
-    tools: list[ToolSpec] = field(default_factory=list)
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
     reasoning_effort: str | None = None
-    instructions: str | None = None
-    python_tool: bool = False
     meta_domain: str | None = None
     meta_task: str | None = None
     meta_correctness: float | None = None
@@ -70,14 +83,31 @@ class NormalizedRow:
     meta_correct_count: int | None = None
     meta_eval_best_setting: str | None = None
     meta_difficulty_bin: str | None = None
+    meta_expected_answer: str | None = None
+    meta_answer_changed_to_majority: bool | None = None
+    meta_problem_type: str | None = None
     source_uuid: str | None = None
     source_license: str | None = None
     source_used_in: list[str] = field(default_factory=list)
     source_reasoning: str | None = None
     source_capability_target: str | None = None
     source_category: str | None = None
-    source_generator: str | None = None
+    source_generators: list[str] = field(default_factory=list)
+    source_origin: str | None = None
+    source_difficulty: str | None = None
+    source_question_id: str | None = None
+    source_ref_dataset: str | None = None
+    source_ref_split: str | None = None
+    source_ref_index: str | None = None
     flags: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    def flag(self, code: str, reason: str | None = None) -> None:
+        """Note `code` once (and its reason, if it has one)."""
+        if code not in self.flags:
+            self.flags.append(code)
+        if reason is not None:
+            self.reasons.append(reason)
 
 
 # --- small readers the mappers share --------------------------------------------------------------------------------
@@ -91,29 +121,35 @@ def require(raw: dict[str, Any], name: str) -> Any:
     return value
 
 
-def require_text(raw: dict[str, Any], name: str, *, allow_empty: bool = False) -> str:
-    """`raw[name]` as a string; an empty string is refused unless `allow_empty` (a prompt must say something)."""
+def require_text(raw: dict[str, Any], name: str) -> str:
+    """`raw[name]` as a string (empty allowed: an empty prompt is flagged as a placeholder, not refused)."""
     value = require(raw, name)
     if not isinstance(value, str):
         raise RowError(name, f"expected a string, got {type(value).__name__}")
-    if not allow_empty and not value.strip():
-        raise RowError(name, "is empty")
     return value
 
 
 def optional_text(raw: dict[str, Any], name: str) -> str | None:
+    """`raw[name]` as text, None when absent or null; numbers (a Parquet ``index`` column) become their digits."""
     value = raw.get(name)
     return None if value is None else str(value)
 
 
+def text_list(value: Any) -> list[str]:
+    """A list of names: a JSON list (``["nano_v3"]``) or one comma-separated string (``"Ultra, Super"``)."""
+    if isinstance(value, list):
+        return [str(item).strip() for item in value if item is not None and str(item).strip()]
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return []
+
+
 def used_in(raw: dict[str, Any], *names: str) -> list[str]:
-    """The ``used_in`` provenance as a list: datasets store a list (``["nano_v3"]``) or one comma-separated string."""
+    """The ``used_in`` provenance from the first of `names` that holds any (a list or a comma-separated string)."""
     for name in names or ("used_in",):
-        value = raw.get(name)
-        if isinstance(value, list):
-            return [str(item) for item in value]
-        if isinstance(value, str) and value.strip():
-            return [part.strip() for part in value.split(",") if part.strip()]
+        values = text_list(raw.get(name))
+        if values:
+            return values
     return []
 
 
@@ -121,7 +157,7 @@ def effort_from_split(split: str | None) -> str | None:
     """``high_part00`` / ``medium`` / ``low`` -> the reasoning effort the split was generated with."""
     if not split:
         return None
-    head = split.lower().replace("-", "_").split("_")[0].split(".")[0]
+    head = re.split(r"[_.\-]", split.lower(), maxsplit=1)[0]
     return head if head in REASONING_EFFORTS else None
 
 
@@ -141,135 +177,3 @@ def difficulty_from_correctness(correctness: float | None) -> str | None:
     if correctness <= HARD_AT_MOST:
         return "high"
     return "medium"
-
-
-# --- the record -----------------------------------------------------------------------------------------------------
-
-
-def canonical_tools_json(tools: list[ToolSpec]) -> str:
-    """Tools as sorted-key compact JSON, so the same tool set always hashes to the same `source_tools_id`."""
-    payload = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sha1_hex(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def tool_schema_problems(tools: list[ToolSpec]) -> list[str]:
-    """Why the tool declarations are unusable: a function's parameters must be a JSON-schema object (or absent)."""
-    problems = []
-    for tool in tools:
-        parameters = tool.parameters
-        if parameters is None:
-            continue
-        if not isinstance(parameters, dict):
-            problems.append(f"tool {tool.name!r}: parameters is not a JSON object")
-        elif parameters.get("type", "object") != "object":
-            problems.append(f"tool {tool.name!r}: parameters has type {parameters.get('type')!r}, not 'object'")
-    return problems
-
-
-@dataclass
-class _Rendered:
-    text: str
-    flags: list[str]
-    reasons: list[str]
-
-
-def _render(row: NormalizedRow) -> _Rendered:
-    """Render prelude + messages; never raises for content problems, it flags them instead."""
-    effort = row.reasoning_effort or DEFAULT_EFFORT
-    try:
-        prelude = conversation_prelude(effort, row.instructions, row.tools, python_tool=row.python_tool)
-        messages = prelude + row.messages
-        text = render_harmony(messages)
-    except SpecialTokenError as error:
-        return _Rendered("", ["special_token"], [str(error)])
-    except HarmonyError as error:  # bad tool name, header field, lone surrogate, non-JSON schema default
-        return _Rendered("", ["unrenderable"], [str(error)])
-    reasons = validate_messages(messages)
-    return _Rendered(text, [_flag_for(reason) for reason in reasons], reasons)
-
-
-def _flag_for(reason: str) -> str:
-    """A short, countable code for a validation reason (the reason itself stays in `quality_reason`)."""
-    if "not valid JSON" in reason:
-        return "tool_arguments_not_json"
-    if "no matching call" in reason:
-        return "tool_result_without_call"
-    if "unknown role" in reason:
-        return "unknown_role"
-    return "invalid_harmony"
-
-
-def _tool_counts(messages: list[Message]) -> tuple[int, int, list[str]]:
-    """Calls, results and the called tool names in first-call order (``python`` for the built-in tool)."""
-    calls = results = 0
-    names: list[str] = []
-    for message in messages:
-        if message.role == "assistant" and message.recipient is not None:
-            calls += 1
-            name = message.recipient.removeprefix("functions.")
-            if name not in names:
-                names.append(name)
-        elif message.role == "tool":
-            results += 1
-    return calls, results, names
-
-
-def _completion_nonempty(messages: list[Message]) -> bool:
-    """The assistant answers something: a non-empty final answer, or at least one tool call (an agent turn)."""
-    for m in messages:
-        if m.role == "assistant" and (m.recipient is not None or (m.channel == "final" and m.content.strip())):
-            return True
-    return False
-
-
-def to_record(row: NormalizedRow, dataset: str, split: str | None, file: str | None, row_index: int) -> dict[str, Any]:
-    """The shard columns of DESIGN.md section 3 for one normalized row (plus `meta_task`, `quality_flags`,
-    `quality_reason` and `source_category` / `source_generator`)."""
-    rendered = _render(row)
-    schema_problems = tool_schema_problems(row.tools)
-    flags = list(dict.fromkeys(row.flags + rendered.flags + (["invalid_tool_schema"] if schema_problems else [])))
-    reasons = rendered.reasons + schema_problems
-    calls, results, names = _tool_counts(row.messages)
-    difficulty = row.meta_difficulty_bin or difficulty_from_correctness(row.meta_correctness)
-    text = rendered.text
-    return {
-        "id": sha1_hex(text),
-        "dataset": dataset,
-        "split": split,
-        "text": text,
-        "loss_mode": LOSS_MODE,
-        "meta_domain": row.meta_domain,
-        "meta_task": row.meta_task,
-        "meta_correctness": row.meta_correctness,
-        "meta_pass_k": row.meta_pass_k,
-        "meta_correct_count": row.meta_correct_count,
-        "meta_eval_best_setting": row.meta_eval_best_setting,
-        "meta_difficulty_bin": difficulty,
-        "meta_reasoning_effort": row.reasoning_effort or DEFAULT_EFFORT,
-        "meta_tool_call_count": calls,
-        "meta_tool_result_count": results,
-        "meta_tool_names": names,
-        "quality_valid_harmony": not rendered.flags,
-        "quality_completion_nonempty": _completion_nonempty(row.messages),
-        "quality_valid_tool_schema": not schema_problems,
-        "quality_has_tool": calls > 0,
-        "quality_is_duplicate": False,
-        "quality_flags": flags,
-        "quality_reason": "; ".join(reasons) or None,
-        "stats_char_len": len(text),
-        "stats_approx_tokens": len(text) // 4,
-        "source_uuid": row.source_uuid,
-        "source_license": row.source_license,
-        "source_used_in": row.source_used_in,
-        "source_reasoning": row.source_reasoning,
-        "source_capability_target": row.source_capability_target,
-        "source_category": row.source_category,
-        "source_generator": row.source_generator,
-        "source_tools_id": sha1_hex(canonical_tools_json(row.tools)) if row.tools else None,
-        "source_file": file,
-        "source_row": row_index,
-    }

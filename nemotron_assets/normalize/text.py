@@ -1,23 +1,27 @@
 """Plain ``text`` rows (pretraining-style documents, or any dataset whose blend entry names a `text_field`).
 
-Decision: a document is one assistant ``final`` message with no user turn. Harmony needs a conversation, and the
-whole document is what the model should learn to produce, so with ``loss_mode="assistant_all"`` every character
-stays under the loss; inventing a user prompt would add text that is not in the data. An empty or whitespace-only
-text is a `RowError` (nothing to learn). `text_field` picks another column (the blend entry's ``text_field``).
+Decision: a document is one assistant answer with no user turn. Harmony needs a conversation, and the whole
+document is what the model should learn to produce, so with ``loss_mode="assistant_all"`` every character stays
+under the loss; inventing a user prompt would add text that is not in the data. An empty or whitespace-only text
+has nothing to learn and is skipped as ``empty_text``. The blend entry's ``text_field`` picks the column.
 """
 
 from typing import Any
 
-from nemotron_assets.formats.harmony import Message
-from nemotron_assets.normalize.base import NormalizedRow, optional_text, require_text, used_in
+from nemotron_assets.normalize.base import NormalizedRow, Skipped, SourceFields, optional_text, require_text, used_in
+from nemotron_assets.normalize.canonical import assistant
 
-DEFAULT_TEXT_FIELD = "text"
+MAPPER_VERSION = 2
 
 
-def map_row(raw: dict[str, Any], split: str | None = None, text_field: str = DEFAULT_TEXT_FIELD) -> NormalizedRow:
-    text = require_text(raw, text_field)
+def map_row(
+    raw: dict[str, Any], split: str | None = None, fields: SourceFields = SourceFields()
+) -> NormalizedRow | Skipped:
+    text = require_text(raw, fields.text)
+    if not text.strip():
+        return Skipped("empty_text")
     return NormalizedRow(
-        messages=[Message.final(text)],
+        messages=[assistant(text)],
         reasoning_effort="low",
         meta_domain=optional_text(raw, "domain"),
         meta_task="document",

@@ -1,9 +1,17 @@
-"""Build one normalized Harmony shard: raw rows of one shard plan entry -> Parquet with DESIGN.md §3 columns.
+"""Build one normalized Harmony shard: raw rows of one shard plan entry -> Parquet with the columns of
+``normalize/record.py`` (DESIGN.md sections 3 and 4).
 
-Rows stream through in batches (memory stays near one batch whatever the shard size). A row its family mapper
-cannot read (a required field missing) raises an ``InputError`` naming dataset, file, row and field, or with
-``on_error: skip`` is counted under ``unreadable:<field>``; a row that can be read but not stored as valid Harmony
-is *kept* with its quality flags: dropping happens in the pools, where it is counted.
+Rows stream through in batches (memory stays near one batch whatever the shard size). What happens to a row:
+
+- its family mapper cannot read it (a required field missing): an ``InputError`` naming dataset, file, line (or
+  row) and field fails the shard, or with ``on_error: skip`` it is counted under ``unreadable:<field>``;
+- the family deliberately does not normalize it (an OpenMathReasoning problem without a solution): counted under
+  ``skipped:<reason>`` whatever ``on_error`` says;
+- otherwise it is written, also when it cannot be stored as valid Harmony or its prompt is a placeholder: its
+  quality columns say so, and the pools leave it out, counted.
+
+``messages_field`` / ``tools_field`` of the blend entry name other columns for the conversation (refused, naming
+the setting, for a family that reads none); ``options.text_field`` is the ``text`` family's column.
 """
 
 import hashlib
@@ -15,26 +23,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.errors import InputError
-from nemotron_assets.normalize.base import RowError
-from nemotron_assets.normalize.families import normalize_row
+from nemotron_assets.normalize.base import RowError, Skipped, SourceFields
+from nemotron_assets.normalize.families import check_fields, normalize_row
+from nemotron_assets.normalize.record import COLUMNS
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.manifest import SourceManifest
 from nemotron_assets.sources.readers import MAX_EXAMPLES, ReadOptions, ReadStats, iter_record_batches
 
-_STRING, _FLOAT, _INT, _BOOL, _STRINGS = pa.string(), pa.float64(), pa.int64(), pa.bool_(), pa.list_(pa.string())
-SCHEMA = pa.schema([
-    ("id", _STRING), ("dataset", _STRING), ("split", _STRING), ("text", _STRING), ("loss_mode", _STRING),
-    ("meta_domain", _STRING), ("meta_task", _STRING), ("meta_correctness", _FLOAT), ("meta_pass_k", _INT),
-    ("meta_correct_count", _INT), ("meta_eval_best_setting", _STRING), ("meta_difficulty_bin", _STRING),
-    ("meta_reasoning_effort", _STRING), ("meta_tool_call_count", _INT), ("meta_tool_result_count", _INT),
-    ("meta_tool_names", _STRINGS), ("quality_valid_harmony", _BOOL), ("quality_completion_nonempty", _BOOL),
-    ("quality_valid_tool_schema", _BOOL), ("quality_has_tool", _BOOL), ("quality_is_duplicate", _BOOL),
-    ("quality_flags", _STRINGS), ("quality_reason", _STRING), ("stats_char_len", _INT),
-    ("stats_approx_tokens", _INT), ("source_uuid", _STRING), ("source_license", _STRING),
-    ("source_used_in", _STRINGS), ("source_reasoning", _STRING), ("source_capability_target", _STRING),
-    ("source_category", _STRING), ("source_generator", _STRING), ("source_tools_id", _STRING),
-    ("source_file", _STRING), ("source_row", _INT),
-])
+#: Parquet types of the column kinds of `record.COLUMNS`.
+ARROW_TYPES = {"string": pa.string(), "float": pa.float64(), "int": pa.int64(), "bool": pa.bool_(),
+               "strings": pa.list_(pa.string())}
+SCHEMA = pa.schema([(name, ARROW_TYPES[kind]) for name, kind in COLUMNS])
 
 
 @dataclass
@@ -47,33 +46,47 @@ class HarmonyShardStats:
     domains: Counter = field(default_factory=Counter)
     difficulty: Counter = field(default_factory=Counter)
     valid: int = 0
+    placeholder_prompts: int = 0
     bytes: int = 0
     sha256: str = ""
 
     def count(self, record: dict) -> None:
         self.records += 1
         self.valid += bool(record["quality_valid_harmony"])
+        self.placeholder_prompts += bool(record["quality_placeholder_prompt"])
         self.flags.update(record["quality_flags"])
         self.domains[record["meta_domain"] or "unknown"] += 1
         self.difficulty[record["meta_difficulty_bin"] or "none"] += 1
 
+    def drop(self, reason: str, example: str) -> None:
+        self.dropped[reason] += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(example)
+
     def as_dict(self) -> dict:
         return {"rows": self.rows, "records": self.records, "valid_harmony": self.valid,
+                "placeholder_prompts": self.placeholder_prompts,
                 "dropped": dict(self.dropped), "dropped_examples": self.examples, "flags": dict(self.flags),
                 "domains": dict(self.domains), "difficulty": dict(self.difficulty), "bytes": self.bytes,
                 "sha256": self.sha256}
 
 
 def build_harmony_shard(manifest: SourceManifest, index: int, family: str, source_split: str | None,
-                        options: ReadOptions, out: Path) -> HarmonyShardStats:
+                        options: ReadOptions, out: Path, *, messages_field: str | None = None,
+                        tools_field: str | None = None) -> HarmonyShardStats:
     """Normalize every row of shard ``index`` into the Parquet file ``out`` (a local path)."""
+    fields = SourceFields(messages=messages_field, tools=tools_field, text=options.text_field)
+    try:
+        check_fields(family, fields)
+    except RowError as exc:
+        raise InputError(exc.reason, dataset=options.dataset, field=exc.field) from None
     stats = HarmonyShardStats()
     read = ReadStats()
     with pq.ParquetWriter(out, SCHEMA, compression="zstd") as writer:
         for file_range in manifest.shards[index].ranges:
             source = manifest.files[file_range.file_index]
             for batch in iter_record_batches(source, file_range.row_start, file_range.row_end, options, read):
-                records = [r for r in (_normalize(family, raw, row, source, source_split, options, stats)
+                records = [r for r in (_normalize(family, fields, raw, row, source, source_split, options, stats)
                                        for row, raw in batch) if r is not None]
                 if records:
                     writer.write_table(pa.Table.from_pylist(records, schema=SCHEMA))
@@ -85,19 +98,21 @@ def build_harmony_shard(manifest: SourceManifest, index: int, family: str, sourc
     return stats
 
 
-def _normalize(family: str, raw: dict, row: int, source: SourceFile, source_split: str | None,
-               options: ReadOptions, stats: HarmonyShardStats) -> dict | None:
+def _normalize(family: str, fields: SourceFields, raw: dict, row: int, source: SourceFile,
+               source_split: str | None, options: ReadOptions, stats: HarmonyShardStats) -> dict | None:
+    where = {"line": row + 1} if source.format == "jsonl" else {"row": row}  # as the readers say it
     try:
         record = normalize_row(family, raw, dataset=options.dataset, split=source_split, file=source.url,
-                               row_index=row)
+                               row_index=row, fields=fields)
     except RowError as exc:
-        where = {"line": row + 1} if source.format == "jsonl" else {"row": row}  # as the readers say it
         located = InputError(exc.reason, dataset=options.dataset, path=source.url, field=exc.field, **where)
         if options.on_error != "skip":
             raise located from None
-        stats.dropped[f"unreadable:{exc.field}"] += 1
-        if len(stats.examples) < MAX_EXAMPLES:
-            stats.examples.append(str(located))
+        stats.drop(f"unreadable:{exc.field}", str(located))
+        return None
+    if isinstance(record, Skipped):
+        located = InputError(f"skipped: {record.reason}", dataset=options.dataset, path=source.url, **where)
+        stats.drop(f"skipped:{record.reason}", str(located))
         return None
     stats.count(record)
     return record

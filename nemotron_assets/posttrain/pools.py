@@ -1,9 +1,12 @@
 """Candidate pools: named polars predicates over normalized, deduplicated Harmony rows (DESIGN.md §3).
 
-Every pool starts from the base filter (valid Harmony, a non-empty completion, a valid tool schema, not a
-duplicate) and adds its own condition. Pools overlap by design: a row can be in several. Thresholds are
-configuration (``PoolThresholds``); the predicates are plain polars expressions so a scan can push them
-down into the Parquet reader.
+Every pool starts from the base filter and adds its own condition. The base filter keeps rows that are valid
+Harmony, have a non-empty completion and a valid tool schema, are not duplicates and -- unless
+``include_placeholder_prompts`` -- do not answer a placeholder prompt (``quality_placeholder_prompt``: an empty,
+whitespace or ``"-"`` user turn, e.g. the redacted prompts of the code sets). Pools overlap by design: a row can be
+in several. `PoolThresholds` is the one definition of the thresholds; the predicates are plain polars
+expressions so a scan can push them down into the Parquet reader. A null in a column a condition reads (no
+correctness, no reasoning switch) keeps the row out of that pool.
 """
 
 from dataclasses import dataclass
@@ -22,10 +25,14 @@ class PoolThresholds:
     high_correctness: float = 0.875  # correctness >= this is "high"
     low_correctness: float = 0.25  # correctness <= this is "low"
     long_context_tokens: int = 8192  # approx. tokens (chars / 4) >= this is "long context"
+    include_placeholder_prompts: bool = False  # True: rows answering a placeholder prompt may enter the pools
 
 
-BASE = (pl.col("quality_valid_harmony") & pl.col("quality_completion_nonempty")
-        & pl.col("quality_valid_tool_schema") & ~pl.col("quality_is_duplicate"))
+def base_filter(thresholds: PoolThresholds = PoolThresholds()) -> pl.Expr:
+    """What every pool requires (see the module docstring)."""
+    base = (pl.col("quality_valid_harmony") & pl.col("quality_completion_nonempty")
+            & pl.col("quality_valid_tool_schema") & ~pl.col("quality_is_duplicate"))
+    return base if thresholds.include_placeholder_prompts else base & ~pl.col("quality_placeholder_prompt")
 
 
 def pool_predicate(name: str, thresholds: PoolThresholds = PoolThresholds()) -> pl.Expr:
@@ -49,4 +56,4 @@ def pool_predicate(name: str, thresholds: PoolThresholds = PoolThresholds()) -> 
     }
     if name not in conditions:
         raise KeyError(f"unknown pool {name!r} (pools: {', '.join(POOL_NAMES)})")
-    return BASE & conditions[name].fill_null(False)
+    return base_filter(thresholds) & conditions[name].fill_null(False)

@@ -1,11 +1,14 @@
 """Build one pretraining shard: text batches in, a Megatron ``.bin``/``.idx`` pair out.
 
-plan -> read -> tokenize -> write, streaming: memory stays near one text batch plus 20 bytes per document.
-When a fast tokenizer backend is in use, the first documents of every batch are re-tokenized with the
-reference backend; on any difference the shard is rebuilt with the reference (never a silent divergence).
+plan -> read -> tokenize -> write, streaming: memory stays near one text batch plus 20 bytes per document;
+a huge document is tokenized in pieces (tokenize/long_documents.py), so it costs about its ids, not its
+tokenizer state. When a fast tokenizer backend is in use, the first documents of every batch are
+re-tokenized with the reference backend (a long one by its first piece, never whole); on any difference the
+shard is rebuilt with the reference (never a silent divergence).
 """
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -16,6 +19,7 @@ import numpy as np
 from nemotron_assets.formats.megatron import DType, IndexedDatasetWriter
 from nemotron_assets.tokenize.documents import LoadedTokenizer
 from nemotron_assets.tokenize.encoders import first_mismatch
+from nemotron_assets.tokenize.long_documents import LONG_DOCUMENT_CHARS, LongDocuments, check_sample
 
 CROSS_CHECK_DOCS = 4  # documents per batch re-tokenized with the reference backend
 HISTOGRAM_BUCKETS = 24  # token-length buckets [2^k, 2^(k+1)) for k < 24, the last one open
@@ -43,6 +47,7 @@ class ShardStats:
     idx_sha256: str = ""
     dtype: str = ""
     backend: str = ""
+    long_documents: LongDocuments = field(default_factory=LongDocuments)
     seconds: float = 0.0
 
     @property
@@ -69,7 +74,7 @@ class ShardStats:
             "mean_doc_tokens": round(self.mean_doc_tokens, 3), "max_doc_tokens": self.max_doc_tokens,
             "histogram": self.histogram, "dropped": dict(self.dropped), "bin_bytes": self.bin_bytes,
             "idx_bytes": self.idx_bytes, "bin_sha256": self.bin_sha256, "idx_sha256": self.idx_sha256,
-            "dtype": self.dtype, "backend": self.backend,
+            "dtype": self.dtype, "backend": self.backend, "long_documents": self.long_documents.as_dict(),
         }
 
 
@@ -77,14 +82,21 @@ ProgressCallback = Callable[[int, int, float], None]  # (rows done, tokens, seco
 
 
 def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype: DType, prefix: Path,
-                progress: ProgressCallback | None = None, progress_every_s: float = 10.0) -> ShardStats:
-    """Tokenize every batch into ``<prefix>.bin``/``.idx`` (local paths); returns the shard's counts."""
+                progress: ProgressCallback | None = None, progress_every_s: float = 10.0,
+                log: Callable[[str], None] | None = None) -> ShardStats:
+    """Tokenize every batch into ``<prefix>.bin``/``.idx`` (local paths); returns the shard's counts.
+
+    ``log`` (default: this module's logger) hears once per reason why a long document was tokenized whole."""
     stats = ShardStats(dtype=dtype.name, backend=tokenizer.backend)
+    log = log or logging.getLogger(__name__).warning
     writer = IndexedDatasetWriter(prefix, dtype)
     started = last_report = time.monotonic()
     try:
         for texts in batches:
-            ids, lengths = tokenizer.documents(texts)
+            reasons_before = set(stats.long_documents.whole)
+            ids, lengths = tokenizer.documents(texts, long_documents=stats.long_documents)
+            for reason in stats.long_documents.whole.keys() - reasons_before:
+                log(f"a document of over {LONG_DOCUMENT_CHARS:,} characters was tokenized whole: {reason}")
             if tokenizer.encoder is not tokenizer.hf:
                 _cross_check(tokenizer, texts)
             before = writer.tokens
@@ -110,8 +122,13 @@ def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype:
 
 
 def _cross_check(tokenizer: LoadedTokenizer, texts: list[str]) -> None:
-    sample = texts[:CROSS_CHECK_DOCS]
-    bad = first_mismatch(tokenizer.encoder, tokenizer.hf, sample)
-    if bad is not None:
-        raise BackendMismatch(f"{tokenizer.backend} differs from hf-tokenizers on a document "
-                              f"({len(sample[bad])} characters)")
+    """The first documents of the batch, re-encoded with hf-tokenizers; long ones by a bounded sample."""
+    samples = [check_sample(text, tokenizer.cutter) for text in texts[:CROSS_CHECK_DOCS]]
+    for add_special_tokens in (True, False):
+        sample = [text for text, special in samples if special == add_special_tokens]
+        if not sample:
+            continue
+        bad = first_mismatch(tokenizer.encoder, tokenizer.hf, sample, add_special_tokens=add_special_tokens)
+        if bad is not None:
+            raise BackendMismatch(f"{tokenizer.backend} differs from hf-tokenizers on a document "
+                                  f"({len(sample[bad])} characters)")

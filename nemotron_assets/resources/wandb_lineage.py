@@ -31,6 +31,7 @@ import dagster as dg
 from pydantic import Field
 
 from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
+from nemotron_assets.receipts import read_receipt
 from nemotron_assets.storage import Storage
 
 ENABLE_VARIABLE = "NEMOTRON_WANDB"
@@ -135,9 +136,10 @@ def shards_artifact(store: Storage, blend: str, dataset: str, manifest):
     references, receipts = [], {}
     for shard in manifest.shards:
         prefix = shard_prefix(blend, ShardKey(dataset, shard.index))
-        if not store.exists(f"{prefix}.json"):
+        receipt = read_receipt(store, prefix)
+        if receipt is None:
             continue
-        stats = json.loads(store.read_bytes(f"{prefix}.json"))["stats"]
+        stats = receipt.stats
         receipts[str(ShardKey(dataset, shard.index))] = {k: stats[k] for k in (
             "documents", "tokens", "bin_bytes", "idx_bytes", "bin_sha256", "idx_sha256")}
         references += [_reference(store, f"{prefix}.json", checksum=True),

@@ -9,20 +9,15 @@ are matched exactly against path segments: ``4plus`` matches ``4plus/x.parquet``
 
 import glob
 import os
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from nemotron_assets.blend import DatasetEntry
 from nemotron_assets.errors import InputError
 from nemotron_assets.sources.files import SourceFile, detect_format
+from nemotron_assets.sources.hf import resolve_hf
+from nemotron_assets.sources.selection import Resolution, matches_subset_split
 
 GLOB_CHARS = set("*?[")
-
-
-@dataclass(frozen=True)
-class Resolution:
-    files: list[SourceFile]
-    revision: str | None = None  # the pinned commit sha of an hf:// source
 
 
 def storage_options_for(entry: DatasetEntry) -> dict:
@@ -36,8 +31,6 @@ def storage_options_for(entry: DatasetEntry) -> dict:
 def resolve_files(entry: DatasetEntry, base_dir: Path) -> Resolution:
     """The entry's data files, sorted by path; raises InputError naming the entry when there are none."""
     if entry.path.startswith("hf://"):
-        from nemotron_assets.sources.hf import resolve_hf
-
         resolution = resolve_hf(entry)
     elif entry.path.startswith("s3://"):
         resolution = Resolution(_resolve_s3(entry))
@@ -52,19 +45,6 @@ def resolve_files(entry: DatasetEntry, base_dir: Path) -> Resolution:
         raise InputError(f"no data files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet) found at {entry.path}"
                          f"{what}", dataset=entry.name, field="path")
     return resolution
-
-
-def matches_subset_split(relative: str, subset: str | None, split: str | None) -> bool:
-    """Exact matching on path segments; a split also matches a file stem like ``train-00000-of-00002``."""
-    parts = PurePosixPath(relative).parts
-    folders, name = parts[:-1], parts[-1]
-    if subset is not None and subset not in folders:
-        return False
-    if split is not None:
-        stem = name.split(".")[0]
-        if split not in folders and stem != split and not stem.startswith(f"{split}-"):
-            return False
-    return True
 
 
 def _data_file(url: str, size: int, entry: DatasetEntry, fingerprint: str = "",

@@ -27,8 +27,8 @@ from huggingface_hub import constants, errors, snapshot_download
 
 from nemotron_assets.blend import DatasetEntry
 from nemotron_assets.errors import InputError
-from nemotron_assets.sources.discovery import Resolution, matches_subset_split
 from nemotron_assets.sources.files import SourceFile, detect_format
+from nemotron_assets.sources.selection import Resolution, matches_subset_split
 
 README = "README.md"
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?$", re.DOTALL | re.MULTILINE)

@@ -12,12 +12,19 @@ from pathlib import Path
 
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
+from nemotron_assets.layout import manifest_path
 from nemotron_assets.sources.discovery import resolve_files, storage_options_for
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.plan import FileRange, ShardPlan, plan_shards, shard_count_for
-from nemotron_assets.sources.readers import ReadOptions, ReadStats, count_rows_and_hash, iter_text_batches
+from nemotron_assets.sources.readers import (
+    ReadOptions,
+    ReadStats,
+    check_parquet_text_column,
+    count_rows_and_hash,
+    iter_text_batches,
+)
+from nemotron_assets.storage import Storage
 
-SCALES = {"tiny": 10_000, "small": 1_000_000, "full": None}
 MANIFEST_VERSION = 1
 
 
@@ -79,17 +86,44 @@ class SourceManifest:
         return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def read_manifest(store: Storage, base: str, dataset: str) -> SourceManifest:
+    """A dataset's manifest under ``base``; ``FileNotFoundError``/``ValueError`` say what is wrong."""
+    path = manifest_path(base, dataset)
+    if not store.exists(path):
+        raise FileNotFoundError(store.url(path))
+    try:
+        return SourceManifest.from_json(json.loads(store.read_bytes(path)))
+    except (KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError already
+        raise ValueError(f"not a readable manifest: {exc}") from None
+
+
+def write_manifest(store: Storage, base: str, manifest: SourceManifest) -> str:
+    """Commit the manifest under ``base``; returns its relative path."""
+    relative = manifest_path(base, manifest.dataset)
+    store.write_bytes(relative, manifest.to_bytes())
+    return relative
+
+
 def read_options(blend: Blend, entry: DatasetEntry) -> ReadOptions:
     return ReadOptions(dataset=entry.name, text_field=entry.text_field, on_error=blend.on_error,
                        storage_options=storage_options_for(entry))
 
 
 def build_manifest(blend: Blend, entry: DatasetEntry, base_dir: Path, max_rows: int | None = None) -> SourceManifest:
-    """Resolve, measure (rows + content hash, one streaming pass per file) and plan one dataset."""
+    """Resolve, measure (rows + content hash, one streaming pass per file) and plan one dataset.
+
+    With ``max_rows`` (a sample) only the first files holding that many rows are measured and listed.
+    """
     resolution = resolve_files(entry, base_dir)
     options = read_options(blend, entry)
+    if not entry.family:  # pretraining text: every Parquet file must have the text column, checked before reading
+        for source in resolution.files:
+            if source.format == "parquet":
+                check_parquet_text_column(source, options)
     files, skipped = [], []
     for source in resolution.files:
+        if max_rows is not None and sum(f.rows for f in files) >= max_rows:
+            break  # a sample: the files after the first max_rows rows are neither read nor listed
         rows, digest = count_rows_and_hash(source, options)
         fingerprint = source.fingerprint or f"sha256:{digest}"
         if rows == 0:

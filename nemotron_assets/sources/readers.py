@@ -280,16 +280,9 @@ def _is_string_type(column_type: pa.DataType) -> bool:
 
 def _parquet_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
                      stats: ReadStats) -> Iterator[list[str]]:
-    key = options.text_field
     with open_raw(source.url, options.storage_options) as raw:
         parquet = pq.ParquetFile(raw)
-        if key not in parquet.schema_arrow.names:
-            raise InputError(f"no such column (columns: {', '.join(parquet.schema_arrow.names)})",
-                             dataset=options.dataset, path=source.url, field=key)
-        column_type = parquet.schema_arrow.field(key).type
-        if not _is_string_type(column_type):
-            raise InputError(f"column type is {column_type}, expected string", dataset=options.dataset,
-                             path=source.url, field=key)
+        _check_text_column(parquet.schema_arrow, source, options)
         first = 0
         for group in range(parquet.num_row_groups):
             count = parquet.metadata.row_group(group).num_rows
@@ -299,6 +292,31 @@ def _parquet_batches(source: SourceFile, row_start: int, row_end: int, options: 
             first += count
             if first >= row_end:
                 break
+
+
+def check_parquet_text_column(source: SourceFile, options: ReadOptions) -> None:
+    """Fail now, from the file's footer alone, if the text column is missing or not a string column: before any
+    data of the dataset is read or hashed."""
+    with open_raw(source.url, options.storage_options) as raw:
+        try:
+            parquet = pq.ParquetFile(raw)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"not a readable Parquet file: {exc}", dataset=options.dataset,
+                             path=source.url) from None
+        if parquet.metadata.num_rows == 0:
+            return  # an empty file is reported as empty (sources/manifest.py), whatever its columns' types
+        _check_text_column(parquet.schema_arrow, source, options)
+
+
+def _check_text_column(schema: pa.Schema, source: SourceFile, options: ReadOptions) -> None:
+    key = options.text_field
+    if key not in schema.names:
+        raise InputError(f"no such column (columns: {', '.join(schema.names)})", dataset=options.dataset,
+                         path=source.url, field=key)
+    column_type = schema.field(key).type
+    if not _is_string_type(column_type):
+        raise InputError(f"column type is {column_type}, expected string", dataset=options.dataset,
+                         path=source.url, field=key)
 
 
 def _parquet_group_texts(parquet: pq.ParquetFile, group: int, first: int, lo: int, hi: int, source: SourceFile,

@@ -2,9 +2,10 @@
 
 Megatron's ``preprocess_data.py --append-eod`` does, per document: ids = tokenizer(text) with the
 post-processor on; if ids is empty the document is empty (no sequence, no EOD); else ids + [eod]. We do the
-same on whole batches with numpy. ``add_bos`` (off by default, as in Megatron) prepends BOS to non-empty
-documents whose tokenization does not already start with it; ``max_doc_tokens`` truncates so a document
-has at most that many tokens with the EOD still last.
+same on whole batches with numpy; a text longer than ``long_documents.LONG_DOCUMENT_CHARS`` is encoded in
+pieces with exactly the same ids (``cuts.py`` says where it may be cut and why). ``add_bos`` (off by
+default, as in Megatron) prepends BOS to non-empty documents whose tokenization does not already start
+with it; ``max_doc_tokens`` truncates so a document has at most that many tokens with the EOD still last.
 """
 
 import functools
@@ -16,8 +17,10 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from nemotron_assets.errors import InputError
+from nemotron_assets.tokenize.cuts import Cutter
 from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
+from nemotron_assets.tokenize.long_documents import LongDocuments, encode_texts
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class LoadedTokenizer:
         self.bos_id = self._token_id(files.bos_token, "bos_token") if options.add_bos else None
         self.encoder, self.backend_reason = choose_encoder(self.reference, text, options.backend)
         self.hf = HFEncoder(self.reference)
+        self.cutter = Cutter(self.reference)  # where long texts may be cut, or why not (cutter.rules.refusal)
         self.bos_already_added = bool(self.bos_id is not None and self._post_processor_adds(self.bos_id))
         self._check_truncation()
 
@@ -94,17 +98,25 @@ class LoadedTokenizer:
                            "eod": self.eod_id, "bos": self.bos_id, "bos_added": self.bos_already_added,
                            "max_doc_tokens": self.options.max_doc_tokens}, sort_keys=True)
 
-    def documents(self, texts: Sequence[str], encoder: Encoder | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(flat ids, lengths) of the finished documents; length 0 marks an empty document."""
-        ids, lengths = (encoder or self.encoder).encode(texts)
+    def documents(self, texts: Sequence[str], encoder: Encoder | None = None,
+                  long_documents: LongDocuments | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, lengths) of the finished documents; length 0 marks an empty document.
+
+        ``long_documents`` counts the texts encoded in pieces and those encoded whole (with the reason)."""
+        ids, lengths = encode_texts(texts, encoder or self.encoder, self.cutter, long_documents)
         return assemble_documents(ids, lengths, bos_id=None if self.bos_already_added else self.bos_id,
                                   eod_id=self.eod_id, max_doc_tokens=self.options.max_doc_tokens)
 
 
 def assemble_documents(ids: np.ndarray, lengths: np.ndarray, bos_id: int | None, eod_id: int | None,
                        max_doc_tokens: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Add BOS/EOD to non-empty documents and truncate, vectorised over the batch."""
-    ids = np.asarray(ids, dtype=np.int64)
+    """Add BOS/EOD to non-empty documents and truncate, vectorised over the batch.
+
+    The ids keep their integer dtype (fastokens gives uint32, hf-tokenizers int64): a huge document's ids are
+    not widened to a second, twice as large copy."""
+    ids = np.asarray(ids)
+    if not np.issubdtype(ids.dtype, np.integer):
+        ids = ids.astype(np.int64)  # e.g. an empty float array built from an empty list
     lengths = np.asarray(lengths, dtype=np.int64)
     nonempty = lengths > 0
     if max_doc_tokens is not None:

@@ -7,7 +7,7 @@ token literal inside text, empty and whitespace-only documents, unicode, CRLF, l
 cross-check samples of every shard (``sample_mismatch``). Anything else falls back to the reference.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import chain
 from typing import Protocol
 
@@ -17,32 +17,57 @@ from tokenizers import Tokenizer
 
 class Encoder(Protocol):
     name: str
+    batch_chars: int  # characters worth encoding in one call: bounds the memory a call holds
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(flat ids, lengths): ``ids[sum(lengths[:i]) : sum(lengths[:i+1])]`` are text i's tokens."""
+    def encode(self, texts: Sequence[str], add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, lengths): ``ids[sum(lengths[:i]) : sum(lengths[:i+1])]`` are text i's tokens.
+
+        ``add_special_tokens=False`` leaves out the post-processor's template (pieces of a long text)."""
         ...
 
 
 class HFEncoder:
-    """The reference: ``tokenizers.Tokenizer.encode_batch_fast(..., add_special_tokens=True)``."""
+    """The reference: ``tokenizers.Tokenizer.encode_batch_fast(..., add_special_tokens=True)``.
+
+    Its ``Encoding`` objects cost ~600 bytes per token (a 10 MB text holds ~1.5 GB), so texts are encoded
+    in groups of about ``batch_chars`` characters and reduced to numpy ids before the next group.
+    """
 
     name = "hf-tokenizers"
+    batch_chars = 1 << 20
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        encodings = self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=True)
-        id_lists = [e.ids for e in encodings]
-        lengths = np.fromiter((len(ids) for ids in id_lists), dtype=np.int64, count=len(id_lists))
-        flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=int(lengths.sum()))
-        return flat, lengths
+    def encode(self, texts: Sequence[str], add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        flats, lengths = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for group in _groups(texts, self.batch_chars):
+            id_lists = [e.ids for e in self.tokenizer.encode_batch_fast(group, add_special_tokens=add_special_tokens)]
+            counts = np.fromiter((len(ids) for ids in id_lists), dtype=np.int64, count=len(id_lists))
+            flats.append(np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=int(counts.sum())))
+            lengths.append(counts)
+        return np.concatenate(flats), np.concatenate(lengths)
+
+
+def _groups(texts: Sequence[str], limit: int) -> Iterator[list[str]]:
+    """Consecutive texts in lists that end as soon as they hold ``limit`` characters or more."""
+    group: list[str] = []
+    chars = 0
+    for text in texts:
+        group.append(text)
+        chars += len(text)
+        if chars >= limit:
+            yield group
+            group, chars = [], 0
+    if group:
+        yield group
 
 
 class FastokensEncoder:
     """``fastokens.Tokenizer.encode_batch_flat``: ids come back as one uint32 buffer, no Python lists."""
 
     name = "fastokens"
+    batch_chars = 1 << 23  # ~18 bytes per token: an 8 M-character call holds ~40 MB
 
     def __init__(self, tokenizer_json_text: str) -> None:
         import fastokens
@@ -51,8 +76,8 @@ class FastokensEncoder:
         self.tokenizer.no_padding()  # as the reference: transformers ignores tokenizer.json padding/truncation
         self.tokenizer.no_truncation()
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids, offsets = self.tokenizer.encode_batch_flat(list(texts), add_special_tokens=True)
+    def encode(self, texts: Sequence[str], add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        ids, offsets = self.tokenizer.encode_batch_flat(list(texts), add_special_tokens=add_special_tokens)
         flat = np.frombuffer(ids, dtype="<u4")
         bounds = np.frombuffer(offsets, dtype="<u8").astype(np.int64)
         return flat, np.diff(bounds)
@@ -85,10 +110,11 @@ def probe_texts(tokenizer: Tokenizer) -> list[str]:
     return texts
 
 
-def first_mismatch(candidate: Encoder, reference: Encoder, texts: Sequence[str]) -> int | None:
+def first_mismatch(candidate: Encoder, reference: Encoder, texts: Sequence[str],
+                   add_special_tokens: bool = True) -> int | None:
     """Index of the first text on which the two encoders differ, or None."""
-    ids_a, len_a = candidate.encode(texts)
-    ids_b, len_b = reference.encode(texts)
+    ids_a, len_a = candidate.encode(texts, add_special_tokens=add_special_tokens)
+    ids_b, len_b = reference.encode(texts, add_special_tokens=add_special_tokens)
     if np.array_equal(len_a, len_b) and np.array_equal(ids_a.astype(np.int64), ids_b.astype(np.int64)):
         return None
     starts = np.concatenate([[0], np.cumsum(len_a)])
@@ -112,9 +138,11 @@ def choose_encoder(reference: Tokenizer, tokenizer_json_text: str, backend: str)
         if backend == "fastokens":
             raise
         return hf, f"fastokens unavailable ({exc}); using hf-tokenizers"
-    bad = first_mismatch(fast, hf, probe_texts(reference))
-    if bad is not None:
-        if backend == "fastokens":
-            raise ValueError(f"fastokens differs from hf-tokenizers on probe text {bad}")
-        return hf, f"fastokens differs from hf-tokenizers on probe text {bad}; using hf-tokenizers"
+    probes = probe_texts(reference)
+    for add_special_tokens in (True, False):  # False: how the pieces of a long text are encoded
+        bad = first_mismatch(fast, hf, probes, add_special_tokens=add_special_tokens)
+        if bad is not None:
+            if backend == "fastokens":
+                raise ValueError(f"fastokens differs from hf-tokenizers on probe text {bad}")
+            return hf, f"fastokens differs from hf-tokenizers on probe text {bad}; using hf-tokenizers"
     return fast, "fastokens matched hf-tokenizers on every probe text"

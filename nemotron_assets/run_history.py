@@ -1,0 +1,55 @@
+"""What the Dagster instance knows about a blend's partitions: which failed last, and what each materialization
+recorded. ``status`` and ``verify`` combine it with storage (receipts.py), which alone decides whether an output is
+done: a run's failure never makes a shard it finished look failed.
+"""
+
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+
+@dataclass(frozen=True)
+class PartitionHistory:
+    """The instance's view of one asset's partitions."""
+
+    failed: frozenset[str] = frozenset()  # partitions whose latest attempt failed
+    metadata: dict[str, dict] = field(default_factory=dict)  # latest materialization metadata per partition
+
+
+def partition_statuses(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
+                       partitions_def: dg.PartitionsDefinition, keys: list[str]) -> dict[str, str | None]:
+    """MATERIALIZED / FAILED / IN_PROGRESS (or None: never materialized) per key, as the UI shows them.
+
+    FAILED means the latest attempt at that partition failed. A run covering several partitions records each
+    finished partition as materialized and only the ones it could not build as failed (assets/reporting.py).
+    """
+    if not keys:
+        return {}
+    statuses = instance.get_status_by_partition(asset_key, keys, partitions_def) or {}
+    return {key: statuses[key].value if statuses.get(key) is not None else None for key in keys}
+
+
+def latest_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: list[str]) -> dict[str, dict]:
+    """The metadata of each partition's latest materialization, newest events first, paging until all are seen."""
+    wanted, found, cursor = set(keys), {}, None
+    while wanted - found.keys():
+        page = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=asset_key), limit=1000,
+                                               cursor=cursor)
+        for record in page.records:
+            partition = record.partition_key
+            if partition in wanted and partition not in found:
+                found[partition] = {k: v.value for k, v in record.asset_materialization.metadata.items()}
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    return found
+
+
+def partition_history(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partitions_name: str,
+                      keys: list[str], with_metadata: bool = False) -> PartitionHistory:
+    """Failed partitions (and the latest metadata) of a dynamically partitioned asset, named without building the
+    assets (that would cost a load of every blend)."""
+    partitions = dg.DynamicPartitionsDefinition(name=partitions_name)
+    statuses = partition_statuses(instance, asset_key, partitions, keys)
+    metadata = latest_metadata(instance, asset_key, keys) if with_metadata else {}
+    return PartitionHistory(frozenset(k for k, s in statuses.items() if s == "FAILED"), metadata)

@@ -1,0 +1,135 @@
+"""Whether a blend's pretraining outputs are intact and current: the ``verify`` command.
+
+For every planned shard: the one up-to-date test (receipts.py ``freshness``, here hashing every file, whatever
+its stamp), the shard checks (pretrain/shard_checks.py: ``.idx``/``.bin`` structure, token ids below the
+vocabulary, counts against the receipt and the materialization), and the files' sha256 against what the
+shard's own materialization recorded. Then ``blend.json``/``data_path.txt`` against the shards. Each problem
+names one file and says why. Staging folders are not outputs and are never looked at.
+"""
+
+import json
+
+import dagster as dg
+
+from nemotron_assets.blend import Blend
+from nemotron_assets.errors import InputError, NotReady
+from nemotron_assets.layout import ShardKey, pretrain_dir, shard_prefix
+from nemotron_assets.partitions import pretrain_partitions_name
+from nemotron_assets.pretrain.blend_files import build_blend_files
+from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
+from nemotron_assets.pretrain.shard_checks import check_shard
+from nemotron_assets.receipts import State, receipt_path
+from nemotron_assets.run_history import partition_history
+from nemotron_assets.sources.manifest import SourceManifest
+from nemotron_assets.status import PRETRAIN_SHARD, Problem, planned_shards, read_plans, shard_freshness
+from nemotron_assets.storage import Storage
+
+
+def verify_shard_files(store: Storage, blend: Blend, manifest: SourceManifest, index: int, tokenizer: dict,
+                       recorded: dict | None) -> list[Problem]:
+    """Every problem of one planned shard of the full build; its files are read in full."""
+    key = ShardKey(manifest.dataset, index)
+    prefix = shard_prefix(blend.name, key)
+    url = {ext: store.url(f"{prefix}{ext}") for ext in (".bin", ".idx", ".json")}
+    absent = [ext for ext in (".idx", ".bin", ".json") if not store.exists(prefix + ext)]
+    if len(absent) == len(url):  # never built: one line, with what to run
+        return [Problem(url[".bin"], f"does not exist (nor its .idx and receipt): materialize "
+                                     f"{blend.name}/pretrain_shard partition {key}")]
+    if absent:
+        return [Problem(url[ext], "does not exist") for ext in absent]
+    state = shard_freshness(store, blend, blend.name, manifest, index, tokenizer, read_content=True)
+    problems = []
+    if state.state is State.MISSING:
+        return [Problem(store.url(receipt_path(prefix)), f"{state.reason}: re-materialize {key}")]
+    if state.state is State.STALE:
+        changed = next((ext for ext in (".bin", ".idx") if f"its {ext} file" in state.reason), ".json")
+        problems.append(Problem(url[changed], f"stale: {state.reason}: re-materialize {key}"))
+    reported = set()
+    blamed = {"bin_idx_consistent": url[".idx"], "token_ids_below_vocab": url[".bin"],
+              "counts_match_metadata": url[".idx"]}
+    for check, issue in check_shard(store, prefix, recorded).items():
+        if issue and issue not in reported:  # a format error fails all three checks with one message
+            reported.add(issue)
+            problems.append(_locate(issue, blamed[check], url.values(), check))
+    if recorded is None:
+        problems.append(Problem(url[".json"], f"no materialization of {key} is recorded in the Dagster instance "
+                                              "(the UI does not show it built): run materialize again to record it"))
+        return problems
+    for ext in (".bin", ".idx"):
+        expected = recorded.get(f"{ext[1:]}_sha256")
+        actual = state.receipt.files[ext]["sha256"]
+        if expected is not None and expected != actual:
+            problems.append(Problem(url[ext], f"sha256 {actual} of the receipt differs from the "
+                                              f"materialization's {expected}"))
+    return problems
+
+
+def verify_blend_files(store: Storage, blend: Blend, plans: dict[str, SourceManifest | Problem],
+                       tokenizer: dict) -> list[Problem]:
+    """blend.json lists only existing non-empty planned shards, and both files match what the shards give."""
+    folder = pretrain_dir(blend.name)
+    blend_json = f"{folder}/blend.json"
+    if not store.exists(blend_json):
+        return [Problem(store.url(blend_json), f"does not exist: materialize {blend.name}/megatron_blend")]
+    try:
+        listed = json.loads(store.read_bytes(blend_json))
+        prefixes = [p for items in listed.values() if items for p in items[1::2]]
+    except (ValueError, AttributeError, TypeError) as exc:
+        return [Problem(store.url(blend_json), f"not a Megatron-Bridge blend ({exc})")]
+    planned = {}
+    for manifest, index in planned_shards(plans):
+        key = ShardKey(manifest.dataset, index)
+        planned[str(key)] = planned[store.url(shard_prefix(blend.name, key))] = (manifest, index)
+    problems = []
+    for prefix in prefixes:
+        if prefix not in planned:
+            problems.append(Problem(store.url(blend_json), f"lists {prefix}, which is not a planned shard"))
+            continue
+        manifest, index = planned[prefix]
+        state = shard_freshness(store, blend, blend.name, manifest, index, tokenizer)
+        if not state.done:
+            problems.append(Problem(store.url(blend_json), f"lists {prefix}, which is {state.state.value}: "
+                                                           f"{state.reason}"))
+        elif int(state.receipt.stats["tokens"]) == 0:
+            problems.append(Problem(store.url(blend_json), f"lists {prefix}, which is empty"))
+    manifests = {name: m for name, m in plans.items() if isinstance(m, SourceManifest)}
+    if problems or len(manifests) < len(plans):
+        return problems
+    try:
+        expected = build_blend_files(store, blend, manifests, tokenizer, allow_missing=True).outputs
+    except (ValueError, NotReady) as exc:  # no non-empty shard at all, or stale shards (reported per shard)
+        return [Problem(store.url(blend_json), str(exc))]
+    for relative, data in expected.items():
+        if not store.exists(relative):
+            problems.append(Problem(store.url(relative), f"does not exist: materialize {blend.name}/megatron_blend"))
+        elif store.read_bytes(relative) != data:
+            problems.append(Problem(store.url(relative), "does not match the shards' current token counts and "
+                                                          f"list: re-materialize {blend.name}/megatron_blend"))
+    return problems
+
+
+def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
+    """Every problem of the full build of ``blend``'s pretraining outputs (samples are not verified)."""
+    plans = read_plans(store, blend)
+    if not plans:
+        return []  # no pretraining datasets: there is no blend.json to check
+    try:
+        tokenizer = blend_tokenizer_identity(blend)
+    except InputError as exc:
+        return [Problem(exc.path or blend.tokenizer_model, str(exc))]
+    keys = [str(ShardKey(m.dataset, i)) for m, i in planned_shards(plans)]
+    history = partition_history(instance, dg.AssetKey([blend.name, PRETRAIN_SHARD]),
+                                pretrain_partitions_name(blend.name), keys, with_metadata=True)
+    problems = [plan for plan in plans.values() if isinstance(plan, Problem)]
+    for manifest, index in planned_shards(plans):
+        recorded = history.metadata.get(str(ShardKey(manifest.dataset, index)))
+        problems.extend(verify_shard_files(store, blend, manifest, index, tokenizer, recorded))
+    return problems + verify_blend_files(store, blend, plans, tokenizer)
+
+
+def _locate(issue: str, default: str, urls, check: str) -> Problem:
+    """Messages of format errors start with the file they are about; others get the file the check reads."""
+    for url in urls:
+        if issue.startswith(f"{url}: "):
+            return Problem(url, issue[len(url) + 2:])
+    return Problem(default, f"{check}: {issue}")

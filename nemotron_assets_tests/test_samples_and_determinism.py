@@ -1,0 +1,107 @@
+"""Two promises of the command line, checked on real processes: a sample never touches the full build, and the
+same inputs give the same bytes in fresh processes, whatever the hash seed or the executor."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from nemotron_assets_tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path, home: str = "dagster_home", **extra) -> dict:
+    folder = tmp_path / home
+    folder.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
+    return dict(os.environ, DAGSTER_HOME=str(folder), NEMOTRON_DATA_ROOT=str(tmp_path / "data"),
+                NEMOTRON_BLENDS_DIR=str(REPO / "blends"), HF_HUB_OFFLINE="1", **extra)
+
+
+def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "nemotron_assets", *args], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _snapshot(root: Path, skip: str | None = None) -> dict[str, tuple[str, int]]:
+    """relative path -> (sha256, modification time) of every file under ``root`` (except the ``skip`` folder)."""
+    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file() and (skip is None or skip not in p.relative_to(root).parts)}
+
+
+def _materializations(home: str, asset: list[str]) -> int:
+    os.environ["DAGSTER_HOME"] = home
+    try:
+        with dg.DagsterInstance.get() as instance:
+            return len(instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records)
+    finally:
+        del os.environ["DAGSTER_HOME"]
+
+
+def test_a_sample_never_touches_the_full_build(tmp_path):
+    env = _env(tmp_path)
+    _cli("materialize", "sample", env=env)
+    full = tmp_path / "data" / "sample"
+    before = _snapshot(full, skip="samples")
+    recorded = _materializations(env["DAGSTER_HOME"], ["sample", "pretrain_shard"])
+
+    _cli("materialize", "sample", "--max-rows", "5", env=env)
+    _cli("materialize", "sample", "--scale", "tiny", env=env)
+
+    assert _snapshot(full, skip="samples") == before  # same bytes, not even rewritten
+    assert _materializations(env["DAGSTER_HOME"], ["sample", "pretrain_shard"]) == recorded  # the UI's view
+    assert _materializations(env["DAGSTER_HOME"], ["sample", "samples", "pretrain_shard"]) > 0
+    rows_5 = json.loads((full / "samples" / "rows_5" / "sources" / "wiki" / "manifest.json").read_text())
+    assert rows_5["total_rows"] == 5
+    sample_blend = json.loads((full / "samples" / "rows_5" / "pretrain" / "blend.json").read_text())
+    assert all("/samples/rows_5/pretrain/" in p for split in sample_blend.values() if split for p in split[1::2])
+
+    status = json.loads(_cli("status", "sample", "--json", env=env).stdout)["blends"][0]
+    assert all(d["done"] == d["planned"] and d["planned"] > 0 for d in status["datasets"])
+    samples = {s["sample"]: s for s in status["samples"]}
+    assert set(samples) == {"rows_5", "tiny"}
+    assert all(d["done"] == d["planned"] for s in samples.values() for d in s["datasets"])
+    text = _cli("status", "sample", env=env).stdout
+    assert "  sample rows_5: 5/5 shard(s) done" in text and "  sample tiny: 7/7 shard(s) done" in text
+    assert _cli("verify", "sample", env=env).returncode == 0
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``; receipts without their commit stamps (file times and ETags, which differ
+    between any two builds by nature)."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if path.suffix == ".json" and path.name.startswith("shard_"):
+            receipt = json.loads(data)
+            receipt.pop("committed")
+            data = json.dumps(receipt, sort_keys=True).encode()
+        files[str(path.relative_to(root))] = data
+    return files
+
+
+def test_builds_are_byte_identical_across_processes_hash_seeds_and_executors(tmp_path):
+    first = _env(tmp_path, "home_1", PYTHONHASHSEED="1")
+    _cli("materialize", "sample", env=first)  # in-process runs, as the CLI runs them
+    data = tmp_path / "data"
+    kept = tmp_path / "first_build"
+    shutil.move(data, kept)
+
+    second = _env(tmp_path, "home_2", PYTHONHASHSEED="2")
+    _cli("materialize", "sample", "--executor", "multiprocess", env=second)  # the UI's executor: step processes
+    a, b = _outputs(kept), _outputs(data)
+    assert sorted(a) == sorted(b)
+    assert {"sample/sources/wiki/manifest.json", "sample/pretrain/data_path.txt", "sample/pretrain/blend.json",
+            "sample/pretrain/wiki/shard_00002.bin"} <= set(a)
+    assert [name for name in a if a[name] != b[name]] == []
