@@ -7,7 +7,7 @@
   number of files. The fingerprint is the ETag on S3 and the modification time on local disk (a listing
   never reads file contents). Re-planning registers the dataset's new shard partitions.
 - Schedule ``<blend>__nightly_missing_shards`` (02:00, off until turned on) requests every shard partition
-  that is not up to date by the one definition ``status`` and ``materialize`` use (receipts.py: missing, stale
+  that is not up to date by the one definition ``status`` and ``materialize`` use (records.py: missing, stale
   or failed), except those a run is building now. Runs cover at most ``SHARDS_PER_RUN`` contiguous partitions,
   like the CLI and the backfill policy, because a run per shard costs seconds of overhead. It is written by
   hand because ``build_schedule_from_partitioned_job`` rejects dynamic partitions.
@@ -21,6 +21,9 @@ import os
 from pathlib import Path
 
 import dagster as dg
+
+# Private: the partition-range tag names have no public constant in Dagster 1.13 (a run of several partitions is
+# requested by these two tags, as `dagster asset materialize --partition-range` does).
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from nemotron_assets.assets.pretrain import PretrainAssets
@@ -29,10 +32,10 @@ from nemotron_assets.errors import InputError
 from nemotron_assets.layout import ShardKey
 from nemotron_assets.partitions import SHARDS_PER_RUN, contiguous_ranges
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
+from nemotron_assets.records import SourceManifest, read_manifest
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.run_history import partition_statuses
 from nemotron_assets.sources.discovery import resolve_files
-from nemotron_assets.sources.manifest import SourceManifest, read_manifest
 from nemotron_assets.status import shard_freshness
 from nemotron_assets.storage import Storage
 
@@ -121,5 +124,6 @@ def blend_automation(blends: list[tuple[Path, Blend]], pipelines: dict[str, Pret
                      ) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
     """The sensor and the schedule of every blend, for ``Definitions(sensors=..., schedules=...)``."""
     sensors = [new_source_files_sensor(blend, path, pipelines[blend.name]) for path, blend in blends]
-    schedules = [nightly_missing_shards_schedule(blend, pipelines[blend.name]) for _, blend in blends]
+    schedules = [nightly_missing_shards_schedule(blend, pipelines[blend.name]) for _, blend in blends
+                 if pipelines[blend.name].has_text_datasets]
     return sensors, schedules

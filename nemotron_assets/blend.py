@@ -54,7 +54,7 @@ def parse_size(value: int | str) -> int:
 
 
 class DatasetEntry(BaseModel):
-    """One dataset of the blend (DESIGN.md section 1)."""
+    """One dataset of the blend (docs/architecture.md §1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -289,8 +289,3 @@ def load_blend_folder(folder: str | Path) -> BlendFolder:
         names[blend.name] = path
         blends.append((path, blend))
     return BlendFolder(blends, broken)
-
-
-def discover_blends(folder: str | Path) -> list[tuple[Path, Blend]]:
-    """The blends of a folder that load (see ``load_blend_folder`` for the broken ones)."""
-    return load_blend_folder(folder).blends

@@ -27,7 +27,6 @@ from nemotron_assets import settings
 
 ASSET_NAMES = ("source_split", "pretrain_shard", "megatron_blend", "harmony_shard", "harmony_dedup",
                "candidate_pool", "embedding_view", "behavior_report")
-SAMPLE_ASSETS = ("source_split", "pretrain_shard", "megatron_blend")  # the assets with sample twins
 SHARD_ASSETS = {"pretrain_shard": "pretrain", "harmony_shard": "harmony"}
 SKIPPED_ROWS_ASSETS = ("pretrain_shard", "harmony_shard")
 
@@ -111,7 +110,7 @@ def materialize(args: argparse.Namespace) -> int:
         sample = sample_name(args.scale, args.max_rows)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    request = Request(blend_file, blend, _selection(args.select, args.partition, sample), sample)
+    request = Request(blend_file, blend, _selection(args.select, args.partition), sample)
     request.dataset, request.shard = _partition_target(args.partition, blend)
     check_before_reading(blend, blend_file, [request.dataset] if request.dataset else None)
 
@@ -151,8 +150,11 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
     if request.dataset is not None:
         wanted = {step: [d for d in datasets if d == request.dataset] for step, datasets in wanted.items()}
     if sample is not None:  # the sample twins' own partitions, registered before their runs
-        instance.add_dynamic_partitions(sample_partitions_name(blend.name, "datasets"),
-                                        [scope.qualify(sample, d) for d in wanted["source_split"]])
+        from nemotron_assets.posttrain.pools import POOL_NAMES
+
+        for what, names in (("datasets", wanted["source_split"]), ("family_datasets", family), ("pools", POOL_NAMES)):
+            instance.add_dynamic_partitions(sample_partitions_name(blend.name, what),
+                                            [scope.qualify(sample, name) for name in names])
         instance.add_dynamic_partitions(sample_partitions_name(blend.name, "blend"), [sample])
 
     def shard_runs(step: str) -> list[list[str]]:
@@ -180,7 +182,7 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
         elif step in ("candidate_pool", "embedding_view"):
             from nemotron_assets.posttrain.pools import POOL_NAMES
 
-            partition_runs = [list(POOL_NAMES)]
+            partition_runs = [[scope.qualify(sample, pool) for pool in POOL_NAMES]]
         else:
             partition_runs = [[sample] if sample else None]
         new = _execute_runs(origin, repo, instance, keys[step], step, partition_runs, run_config, tags, cluster)
@@ -257,20 +259,15 @@ def _skipped_rows(instance, run_ids: list[str]) -> int:
     return total
 
 
-def _selection(select: str | None, partition: str | None, sample: str | None) -> list[str]:
-    names = SAMPLE_ASSETS if sample is not None else ASSET_NAMES
+def _selection(select: str | None, partition: str | None) -> list[str]:
     if select is None:
-        chosen = ["source_split", "pretrain_shard", "harmony_shard"] if partition else list(names)
-        return [name for name in names if name in chosen]
+        chosen = ["source_split", "pretrain_shard", "harmony_shard"] if partition else list(ASSET_NAMES)
+        return [name for name in ASSET_NAMES if name in chosen]
     chosen = [s.strip().split("/")[-1] for s in select.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in ASSET_NAMES]
     if unknown:
         raise UsageError(f"unknown asset(s) {', '.join(unknown)}; choose from {', '.join(ASSET_NAMES)}")
-    unsampled = [s for s in chosen if s not in names]
-    if unsampled:
-        raise UsageError(f"samples (--scale/--max-rows) cover {', '.join(SAMPLE_ASSETS)}, not "
-                         f"{', '.join(unsampled)}")
-    return [name for name in names if name in chosen]
+    return [name for name in ASSET_NAMES if name in chosen]
 
 
 def _partition_target(partition: str | None, blend) -> tuple[str | None, str | None]:
@@ -294,14 +291,11 @@ def _partition_target(partition: str | None, blend) -> tuple[str | None, str | N
 
 
 def _run_config(repo, keys: dict, args: argparse.Namespace, steps: list[str]) -> dict:
-    def op(name: str) -> str:
-        return repo.assets_defs_by_key[keys[name]].op.name
-
-    ops = {}
-    if "pretrain_shard" in steps:
-        ops[op("pretrain_shard")] = {"config": {"force": args.force, "tokenizer_backend": args.tokenizer_backend}}
-    if "megatron_blend" in steps:
-        ops[op("megatron_blend")] = {"config": {"allow_missing_shards": False}}
+    """Config of the steps this command runs (an asset the blend does not have is left out)."""
+    step_config = {"pretrain_shard": {"force": args.force, "tokenizer_backend": args.tokenizer_backend},
+                   "megatron_blend": {"allow_missing_shards": False}, "harmony_shard": {"force": args.force}}
+    ops = {repo.assets_defs_by_key[keys[step]].op.name: {"config": config} for step, config in step_config.items()
+           if step in steps and keys[step] in repo.assets_defs_by_key}
     config = {"ops": ops, "execution": {"config": {args.executor: {}}}}
     if not args.dagster_logs:
         config["loggers"] = {"compact_console": {"config": {"log_level": args.log_level.upper()}}}

@@ -14,8 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 
 import dagster as dg
+
+# Private imports, because Dagster 1.13 has no public API for them: creating a run for an existing code location
+# and handing it to the instance's launcher (what the webserver does) needs the run's origins, the launcher's worker
+# health and the partition-range tag names.
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
-from dagster._core.events import DagsterEventType
 from dagster._core.launcher.base import WorkerStatus
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 from dagster._core.remote_origin import (
@@ -23,7 +26,6 @@ from dagster._core.remote_origin import (
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
-from dagster._core.storage.dagster_run import DagsterRunStatus
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
@@ -112,7 +114,7 @@ def wait_for_runs(instance: dg.DagsterInstance, launched: dict[str, tuple[str, .
                     run = _fail_if_worker_lost(instance, run)
                 if run is None or not run.is_finished:
                     continue
-                success = run.status == DagsterRunStatus.SUCCESS
+                success = run.status == dg.DagsterRunStatus.SUCCESS
                 outcome = RunOutcome(run_id, success, partitions, "" if success else _run_error(instance, run_id),
                                      _run_seconds(instance, run_id, started))
                 outcomes[run_id] = outcome
@@ -133,8 +135,8 @@ def wait_for_runs(instance: dg.DagsterInstance, launched: dict[str, tuple[str, .
 
 def _fail_if_worker_lost(instance: dg.DagsterInstance, run):
     launcher = instance.run_launcher
-    if not launcher.supports_check_run_worker_health or run.status not in (DagsterRunStatus.STARTING,
-                                                                            DagsterRunStatus.STARTED):
+    running = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
+    if not launcher.supports_check_run_worker_health or run.status not in running:
         return run
     health = launcher.check_run_worker_health(run)
     if health.status not in (WorkerStatus.FAILED, WorkerStatus.SUCCESS, WorkerStatus.NOT_FOUND):
@@ -148,13 +150,13 @@ def _fail_if_worker_lost(instance: dg.DagsterInstance, run):
 
 
 def _run_error(instance: dg.DagsterInstance, run_id: str) -> str:
-    records = instance.all_logs(run_id, of_type={DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE,
-                                                 DagsterEventType.ENGINE_EVENT})
+    kinds = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.ENGINE_EVENT}
+    records = instance.all_logs(run_id, of_type=kinds)
     events = [r.dagster_event for r in records if r.dagster_event is not None]
-    error = first_error(e for e in events if e.event_type != DagsterEventType.ENGINE_EVENT)
+    error = first_error(e for e in events if e.event_type != dg.DagsterEventType.ENGINE_EVENT)
     if not error.startswith("the run failed"):
         return error
-    engine_errors = [e.message for e in events if e.event_type == DagsterEventType.ENGINE_EVENT
+    engine_errors = [e.message for e in events if e.event_type == dg.DagsterEventType.ENGINE_EVENT
                      and e.engine_event_data and e.engine_event_data.error]
     return engine_errors[-1] if engine_errors and engine_errors[-1] else error
 

@@ -34,17 +34,20 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 def build_definitions(blends_dir: Path | None = None, data_root: str | None = None) -> dg.Definitions:
     settings.deployment()  # refuses an unknown NEMOTRON_DEPLOYMENT with a clear message
     folder = load_blend_folder(blends_dir or settings.blends_dir())
-    pipelines: dict[str, PretrainAssets] = {blend.name: build_pretrain_assets(blend, path)
-                                            for path, blend in folder.blends}
-    samples = [build_pretrain_assets(blend, path, Scope(blend.name, samples=True)) for path, blend in folder.blends]
-    harmony = [build_harmony_assets(blend, pipelines[blend.name].source_split)
-               for _, blend in folder.blends if any(e.family for e in blend.entries())]
+    pipelines: dict[str, PretrainAssets] = {}
+    assets: list = []
+    for path, blend in folder.blends:
+        for scope in (Scope(blend.name), Scope(blend.name, samples=True)):
+            pipeline = build_pretrain_assets(blend, path, scope)
+            assets += pipeline.definitions  # the source split; the Megatron shards if the blend has text datasets
+            if any(e.family for e in blend.entries()):
+                assets += build_harmony_assets(blend, pipeline.source_split, scope).definitions
+            if not scope.samples:
+                pipelines[blend.name] = pipeline
     sensors, schedules = blend_automation(folder.blends, pipelines)
     storage = StorageResource.from_environment(data_root or settings.data_root())
     return dg.Definitions(
-        assets=[a for p in [*pipelines.values(), *samples] for a in p.definitions]
-        + [a for h in harmony for a in h.definitions]
-        + [broken_blend_asset(bad) for bad in folder.broken],
+        assets=assets + [broken_blend_asset(bad) for bad in folder.broken],
         resources={"storage": storage, "lineage": WandbLineage.from_environment()},
         loggers={"console": dg.colored_console_logger, "compact_console": compact_console},
         sensors=sensors,

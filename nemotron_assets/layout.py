@@ -6,7 +6,7 @@ build::
 
     <base>/sources/<dataset>/manifest.json            files + shard plan of one dataset
     <base>/pretrain/<dataset>/shard_NNNNN.bin|.idx    Megatron indexed dataset of one shard
-    <base>/pretrain/<dataset>/shard_NNNNN.json        the shard's receipt (receipts.py)
+    <base>/pretrain/<dataset>/shard_NNNNN.json        the shard's receipt (records.py)
     <base>/pretrain/blend.json                        Megatron-Bridge per-split blend
     <base>/pretrain/data_path.txt                     the same as Megatron-LM --*-data-path arguments
     <base>/harmony/<dataset>/shard_NNNNN.parquet      normalized Harmony rows of one shard (+ .json receipt)
@@ -92,9 +92,13 @@ def pretrain_dir(base: str) -> str:
     return f"{base}/pretrain"
 
 
+def harmony_shard_prefix(base: str, key: ShardKey) -> str:
+    """``<base>/harmony/<dataset>/shard_NNNNN``: the shard is ``.parquet``, its receipt ``.json``."""
+    return f"{base}/harmony/{key.dataset}/shard_{key.index:05d}"
+
+
 def harmony_shard_path(base: str, key: ShardKey) -> str:
-    """``<base>/harmony/<dataset>/shard_NNNNN.parquet`` (its receipt: the same name with ``.json``)."""
-    return f"{base}/harmony/{key.dataset}/shard_{key.index:05d}.parquet"
+    return harmony_shard_prefix(base, key) + ".parquet"
 
 
 def duplicates_path(base: str, dataset: str) -> str:
@@ -105,5 +109,17 @@ def pool_dir(base: str, pool: str) -> str:
     return f"{base}/pools/{pool}"
 
 
+def pool_path(base: str, pool: str) -> str:
+    return f"{pool_dir(base, pool)}/part-00000.parquet"
+
+
 def embedding_dir(base: str, view: str, pool: str) -> str:
     return f"{base}/embedding/{view}/{pool}"
+
+
+def embedding_view_path(base: str, view: str, pool: str) -> str:
+    return f"{embedding_dir(base, view, pool)}/part-00000.parquet"
+
+
+def behavior_report_path(base: str) -> str:
+    return f"{base}/embedding/behavior_report.md"

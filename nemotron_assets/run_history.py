@@ -1,5 +1,5 @@
 """What the Dagster instance knows about a blend's partitions: which failed last, and what each materialization
-recorded. ``status`` and ``verify`` combine it with storage (receipts.py), which alone decides whether an output is
+recorded. ``status`` and ``verify`` combine it with storage (records.py), which alone decides whether an output is
 done: a run's failure never makes a shard it finished look failed.
 """
 

@@ -13,8 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import dagster as dg
+
+# Private imports, because Dagster 1.13 has no public API for them: a reconstructable job that points at the code
+# location by module (so the UI re-executes our runs like its own) is built from these origins, and the
+# partition-range tags are what `dagster asset materialize --partition-range` sets.
 from dagster._core.code_pointer import CodePointer
-from dagster._core.execution.api import execute_job
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster._utils.hosted_user_process import recon_job_from_origin, recon_repository_from_origin
@@ -58,7 +61,8 @@ def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition
         run_tags[ASSET_PARTITION_RANGE_START_TAG] = partitions[0]
         run_tags[ASSET_PARTITION_RANGE_END_TAG] = partitions[-1]
     started = time.monotonic()
-    with execute_job(job, instance, run_config=run_config, tags=run_tags, asset_selection=list(asset_keys)) as result:
+    with dg.execute_job(job, instance, run_config=run_config, tags=run_tags,
+                        asset_selection=list(asset_keys)) as result:
         error = "" if result.success else first_error(result.all_events)
         return RunOutcome(result.run_id, result.success, tuple(partitions or ()), error,
                           time.monotonic() - started)

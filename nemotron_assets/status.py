@@ -1,44 +1,52 @@
-"""What a blend's pretraining outputs look like now: the ``status`` command.
+"""What a blend's outputs look like now: the ``status`` command.
 
-Every planned shard (each dataset's ``manifest.json``) is in exactly one state:
+Every planned shard (each dataset's ``manifest.json``), tokenized (pretraining) or normalized (Harmony), is in
+exactly one state:
 
-- **done**: up to date by the one definition (receipts.py ``freshness``): its receipt names the inputs a build
+- **done**: up to date by the one definition (records.py ``freshness``): its receipt names the inputs a build
   would use now, and its files are as committed;
-- **stale**: built, but from other inputs (a setting, the tokenizer or the source changed) or its files changed
-  since; the next ``materialize`` rebuilds it;
+- **stale**: built, but from other inputs (a setting, the tokenizer, the family mapper or the source changed) or
+  its files changed since; the next ``materialize`` rebuilds it;
 - **failed**: not done, and the latest Dagster attempt at its partition failed (run_history.py);
 - **missing**: not built (or only partly).
 
-Tokens, rows and documents come from the done shards' receipts. Samples (``--scale``/``--max-rows`` builds under
-``<blend>/samples/<sample>/``) are reported separately, with the same states. Staging folders that killed processes
-left behind are listed too: the next run removes them.
+Counts come from the done shards' receipts. Samples (``--scale``/``--max-rows`` builds under
+``<blend>/samples/<sample>/``) are reported separately, with the same states.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import dagster as dg
 
-from nemotron_assets.blend import Blend
+from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
 from nemotron_assets.layout import (
     ShardKey,
     base_dir,
     check_sample,
+    harmony_shard_prefix,
     manifest_path,
     pretrain_dir,
     samples_dir,
     shard_prefix,
 )
-from nemotron_assets.partitions import pretrain_partitions_name, sample_key, sample_partitions_name
+from nemotron_assets.partitions import (
+    harmony_partitions_name,
+    pretrain_partitions_name,
+    sample_key,
+    sample_partitions_name,
+)
+from nemotron_assets.posttrain import harmony_step
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity, shard_inputs
-from nemotron_assets.receipts import Freshness, State, freshness
+from nemotron_assets.records import Freshness, Receipt, SourceManifest, State, freshness, read_manifest
 from nemotron_assets.run_history import PartitionHistory, partition_history
-from nemotron_assets.sources.manifest import SourceManifest, read_manifest
 from nemotron_assets.storage import Storage
 
 SHOWN_KEYS = 10  # shard keys listed per dataset in the text report; --json lists all
 PRETRAIN_SHARD = "pretrain_shard"
+HARMONY_SHARD = "harmony_shard"
 
 
 @dataclass(frozen=True)
@@ -50,17 +58,31 @@ class Problem:
         return f"{self.path}: {self.reason}"
 
 
+# --- the two kinds of shards ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardKind:
+    """What differs between pretraining and Harmony shards, for status: which datasets, which asset, where."""
+
+    path: str  # "pretrain" or "harmony"
+    asset: str
+    partitions_name: Callable[[str], str]
+    entries: Callable[[Blend], list[DatasetEntry]]
+    folder: str  # below the base folder
+
+
+PRETRAIN = ShardKind("pretrain", PRETRAIN_SHARD, pretrain_partitions_name,
+                     lambda blend: [e for e in blend.entries() if not e.family], "pretrain")
+HARMONY = ShardKind("harmony", HARMONY_SHARD, harmony_partitions_name,
+                    lambda blend: [e for e in blend.entries() if e.family], "harmony")
+
+
 # --- the plan ---------------------------------------------------------------------------------------------
-def pretrain_entries(blend: Blend) -> list:
-    """The datasets on the pretraining path (a ``family`` dataset takes the Harmony path, checked by its assets)."""
-    return [entry for entry in blend.entries() if not entry.family]
-
-
-def read_plans(store: Storage, blend: Blend, base: str | None = None) -> dict[str, SourceManifest | Problem]:
-    """Each pretraining dataset's manifest, or the problem that stands in for it (which file, what to run)."""
+def read_plans(store: Storage, blend: Blend, base: str | None = None,
+               kind: ShardKind = PRETRAIN) -> dict[str, SourceManifest | Problem]:
+    """Each dataset's manifest, or the problem that stands in for it (which file, what to run)."""
     base = base or blend.name
     plans: dict[str, SourceManifest | Problem] = {}
-    for entry in pretrain_entries(blend):
+    for entry in kind.entries(blend):
         try:
             plans[entry.name] = read_manifest(store, base, entry.name)
         except FileNotFoundError as exc:
@@ -77,9 +99,17 @@ def planned_shards(plans: dict[str, SourceManifest | Problem]) -> list[tuple[Sou
 
 def shard_freshness(store: Storage, blend: Blend, base: str, manifest: SourceManifest, index: int,
                     tokenizer: dict, read_content: bool = False) -> Freshness:
-    """The one up-to-date test (receipts.py), for one planned shard."""
+    """The one up-to-date test (records.py), for one planned pretraining shard."""
     prefix = shard_prefix(base, ShardKey(manifest.dataset, index))
     return freshness(store, prefix, shard_inputs(blend, manifest, index, tokenizer), read_content=read_content)
+
+
+def harmony_freshness(store: Storage, blend: Blend, base: str, manifest: SourceManifest, index: int,
+                      read_content: bool = False) -> Freshness:
+    """The one up-to-date test (records.py), for one planned Harmony shard."""
+    prefix = harmony_shard_prefix(base, ShardKey(manifest.dataset, index))
+    inputs = harmony_step.shard_inputs(blend, blend.entry(manifest.dataset), manifest, index)
+    return freshness(store, prefix, inputs, read_content=read_content)
 
 
 # --- the report -----------------------------------------------------------------------------------------------
@@ -87,14 +117,16 @@ def shard_freshness(store: Storage, blend: Blend, base: str, manifest: SourceMan
 class DatasetStatus:
     dataset: str
     split: str
+    path: str = "pretrain"  # "pretrain" (Megatron shards) or "harmony" (normalized shards)
     planned: int = 0
     done: int = 0
     stale: dict[str, str] = field(default_factory=dict)  # shard key -> why it is stale
     failed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
-    tokens: int = 0  # over the done shards, from their receipts
-    rows: int = 0
-    documents: int = 0
+    rows: int = 0  # source rows read by the done shards, from their receipts
+    tokens: int = 0  # pretraining: tokens of the done shards
+    documents: int = 0  # pretraining: documents of the done shards
+    written: int = 0  # Harmony: rows written by the done shards
     outputs: str = ""  # folder of the dataset's shards
     note: str = ""
 
@@ -124,13 +156,15 @@ def _total(datasets: list[DatasetStatus], name: str) -> int:
     return sum(len(v) if isinstance(v, (list, dict)) else v for v in values)
 
 
-def dataset_statuses(store: Storage, blend: Blend, base: str, plans: dict[str, SourceManifest | Problem],
-                     tokenizer: dict, history: PartitionHistory, sample: str | None = None) -> list[DatasetStatus]:
+def dataset_statuses(store: Storage, blend: Blend, base: str, kind: ShardKind, state_of: Callable,
+                     history: PartitionHistory, sample: str | None = None) -> list[DatasetStatus]:
+    """One status per dataset of ``kind``; ``state_of(manifest, index)`` is the shard's freshness."""
+    plans = read_plans(store, blend, base, kind)
     datasets = []
-    for entry in pretrain_entries(blend):
+    for entry in kind.entries(blend):
         plan = plans[entry.name]
-        status = DatasetStatus(entry.name, blend.split_of(entry.name),
-                               outputs=store.url(f"{pretrain_dir(base)}/{entry.name}"))
+        status = DatasetStatus(entry.name, blend.split_of(entry.name), kind.path,
+                               outputs=store.url(f"{base}/{kind.folder}/{entry.name}"))
         if isinstance(plan, Problem):
             status.note = str(plan)
             datasets.append(status)
@@ -138,12 +172,10 @@ def dataset_statuses(store: Storage, blend: Blend, base: str, plans: dict[str, S
         for shard in plan.shards:
             key = str(ShardKey(entry.name, shard.index))
             status.planned += 1
-            state = shard_freshness(store, blend, base, plan, shard.index, tokenizer)
+            state = state_of(plan, shard.index)
             if state.done:
                 status.done += 1
-                status.tokens += int(state.receipt.stats["tokens"])
-                status.rows += int(state.receipt.stats["rows"])
-                status.documents += int(state.receipt.stats["documents"])
+                _count(status, state.receipt)
             elif sample_key(sample, key) in history.failed:
                 status.failed.append(key)
             elif state.state is State.STALE:
@@ -154,31 +186,51 @@ def dataset_statuses(store: Storage, blend: Blend, base: str, plans: dict[str, S
     return datasets
 
 
+def _count(status: DatasetStatus, receipt: Receipt) -> None:
+    stats = receipt.stats
+    status.rows += int(stats["rows"])
+    if status.path == "pretrain":
+        status.tokens += int(stats["tokens"])
+        status.documents += int(stats["documents"])
+    else:
+        status.written += int(stats["records"])
+
+
 def collect_status(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> BlendStatus:
     blend_json = f"{pretrain_dir(blend.name)}/blend.json"
     report = BlendStatus(blend.name, [], store.url(blend_json), store.exists(blend_json))
-    if not pretrain_entries(blend):
-        return report
-    try:
-        tokenizer = blend_tokenizer_identity(blend)
-    except InputError as exc:
-        report.error = str(exc)
-        return report
-    plans = read_plans(store, blend)
-    history = partition_history(instance, dg.AssetKey([blend.name, PRETRAIN_SHARD]),
-                                pretrain_partitions_name(blend.name),
-                                [str(ShardKey(m.dataset, i)) for m, i in planned_shards(plans)])
-    report.datasets = dataset_statuses(store, blend, blend.name, plans, tokenizer, history)
+    tokenizer = None
+    if PRETRAIN.entries(blend):
+        try:
+            tokenizer = blend_tokenizer_identity(blend)
+        except InputError as exc:
+            report.error = str(exc)
+            return report
+    report.datasets = _statuses(instance, store, blend, None, tokenizer)
     for sample in sample_names(store, blend.name):
         base = base_dir(blend.name, sample)
-        sample_plans = read_plans(store, blend, base)
-        keys = [sample_key(sample, str(ShardKey(m.dataset, i))) for m, i in planned_shards(sample_plans)]
-        sample_history = partition_history(instance, dg.AssetKey([blend.name, "samples", PRETRAIN_SHARD]),
-                                           sample_partitions_name(blend.name, "pretrain_shards"), keys)
-        report.samples.append(SampleStatus(
-            sample, dataset_statuses(store, blend, base, sample_plans, tokenizer, sample_history, sample),
-            store.exists(f"{pretrain_dir(base)}/blend.json")))
+        report.samples.append(SampleStatus(sample, _statuses(instance, store, blend, sample, tokenizer),
+                                           store.exists(f"{pretrain_dir(base)}/blend.json")))
     return report
+
+
+def _statuses(instance: dg.DagsterInstance, store: Storage, blend: Blend, sample: str | None,
+              tokenizer: dict | None) -> list[DatasetStatus]:
+    base = base_dir(blend.name, sample)
+    kinds = [(PRETRAIN, lambda m, i: shard_freshness(store, blend, base, m, i, tokenizer)),
+             (HARMONY, lambda m, i: harmony_freshness(store, blend, base, m, i))]
+    statuses = []
+    for kind, state_of in kinds:
+        if not kind.entries(blend):
+            continue
+        keys = [sample_key(sample, str(ShardKey(m.dataset, i)))
+                for m, i in planned_shards(read_plans(store, blend, base, kind))]
+        asset = [blend.name, kind.asset] if sample is None else [blend.name, "samples", kind.asset]
+        partitions = (kind.partitions_name(blend.name) if sample is None
+                      else sample_partitions_name(blend.name, f"{kind.path}_shards"))
+        history = partition_history(instance, dg.AssetKey(asset), partitions, keys)
+        statuses += dataset_statuses(store, blend, base, kind, state_of, history, sample)
+    return statuses
 
 
 def sample_names(store: Storage, blend: str) -> list[str]:
@@ -193,26 +245,32 @@ def sample_names(store: Storage, blend: str) -> list[str]:
 
 
 # --- formatting -------------------------------------------------------------------------------------------
-COLUMNS = ("planned", "done", "stale", "failed", "missing", "tokens", "rows")
+COLUMNS = {"pretrain": ("planned", "done", "stale", "failed", "missing", "tokens", "rows"),
+           "harmony": ("planned", "done", "stale", "failed", "missing", "written", "rows")}
+TITLES = {"pretrain": "Megatron shards", "harmony": "Harmony shards"}
 
 
 def format_status(report: BlendStatus) -> str:
-    """A fixed-width table per blend, the keys of shards that are not done, then the samples."""
+    """Per blend: a fixed-width table per path (Megatron, Harmony), the keys of shards that are not done, then
+    the samples."""
     if report.error:
         return f"blend {report.blend}: cannot be checked: {report.error}"
-    if not report.datasets:
-        return (f"blend {report.blend}: no pretraining datasets (its family datasets take the Harmony path; "
-                "their asset checks cover them)")
-    lines = [f"blend {report.blend}: blend.json {report.blend_json}"
-             + ("" if report.blend_json_exists else " (not written yet)")]
-    lines += _table(report.datasets)
-    for d in report.datasets:
-        lines.append(f"  {d.dataset}: {d.note or d.outputs}")
-        lines += _not_done(d, "    ")
+    paths = [path for path in COLUMNS if any(d.path == path for d in report.datasets)]
+    lines = [f"blend {report.blend}"
+             + (f": blend.json {report.blend_json}" + ("" if report.blend_json_exists else " (not written yet)")
+                if "pretrain" in paths else "")]
+    for path in paths:
+        datasets = [d for d in report.datasets if d.path == path]
+        lines.append(f"  {TITLES[path]}:")
+        lines += _table(datasets, COLUMNS[path])
+        for d in datasets:
+            lines.append(f"  {d.dataset}: {d.note or d.outputs}")
+            lines += _not_done(d, "    ")
     for sample in report.samples:
         done, planned = _total(sample.datasets, "done"), _total(sample.datasets, "planned")
         lines.append(f"  sample {sample.sample}: {done}/{planned} shard(s) done"
-                     + ("" if sample.blend_json_exists else ", blend.json not written yet"))
+                     + ("" if sample.blend_json_exists or not any(d.path == "pretrain" for d in sample.datasets)
+                        else ", blend.json not written yet"))
         for d in sample.datasets:
             if d.note:
                 lines.append(f"    {d.dataset}: {d.note}")
@@ -220,10 +278,10 @@ def format_status(report: BlendStatus) -> str:
     return "\n".join(lines)
 
 
-def _table(datasets: list[DatasetStatus]) -> list[str]:
-    header = ("dataset", "split", *COLUMNS)
-    rows = [(d.dataset, d.split, *(_total([d], name) for name in COLUMNS)) for d in datasets]
-    rows.append(("total", "", *(_total(datasets, name) for name in COLUMNS)))
+def _table(datasets: list[DatasetStatus], columns: tuple[str, ...]) -> list[str]:
+    header = ("dataset", "split", *columns)
+    rows = [(d.dataset, d.split, *(_total([d], name) for name in columns)) for d in datasets]
+    rows.append(("total", "", *(_total(datasets, name) for name in columns)))
     cells = [header] + [tuple(f"{v:,}" if isinstance(v, int) else v for v in row) for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return ["  " + "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()

@@ -226,6 +226,18 @@ class Storage:
         return sorted(f"{relative_dir}/{n}" for n in os.listdir(target) if os.path.isfile(Path(target) / n))
 
 
+@contextlib.contextmanager
+def locate_os_errors(folder: Path) -> Iterator[None]:
+    """An ``OSError`` raised by a plain ``write`` names no file (``[Errno 28] No space left on device``); give it
+    the staging folder, so the user learns which disk is full."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno is not None and error.filename is None:
+            raise OSError(error.errno, error.strerror, str(folder)) from error
+        raise
+
+
 def _check_relative(relative: str) -> None:
     parts = relative.split("/")
     if relative.startswith("/") or any(p in ("", ".", "..") for p in parts):

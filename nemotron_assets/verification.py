@@ -1,6 +1,6 @@
 """Whether a blend's pretraining outputs are intact and current: the ``verify`` command.
 
-For every planned shard: the one up-to-date test (receipts.py ``freshness``, here hashing every file, whatever
+For every planned shard: the one up-to-date test (records.py ``freshness``, here hashing every file, whatever
 its stamp), the shard checks (pretrain/shard_checks.py: ``.idx``/``.bin`` structure, token ids below the
 vocabulary, counts against the receipt and the materialization), and the files' sha256 against what the
 shard's own materialization recorded. Then ``blend.json``/``data_path.txt`` against the shards. Each problem
@@ -18,9 +18,8 @@ from nemotron_assets.partitions import pretrain_partitions_name
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
 from nemotron_assets.pretrain.shard_checks import check_shard
-from nemotron_assets.receipts import State, receipt_path
+from nemotron_assets.records import SourceManifest, State, receipt_path
 from nemotron_assets.run_history import partition_history
-from nemotron_assets.sources.manifest import SourceManifest
 from nemotron_assets.status import PRETRAIN_SHARD, Problem, planned_shards, read_plans, shard_freshness
 from nemotron_assets.storage import Storage
 

@@ -1,4 +1,4 @@
-"""An independent reader of Megatron indexed datasets (``P.bin`` + ``P.idx``), written from DESIGN.md section 2.
+"""An independent reader of Megatron indexed datasets (``P.bin`` + ``P.idx``), written from docs/architecture.md §4.1.
 
 It shares no code with ``nemotron_assets.formats`` so tests can check what the writer produces against the spec,
 not against itself. ``.idx`` layout, little-endian: magic ``b"MMIDIDX\\x00\\x00"`` | u64 version 1 | u8 dtype code |

@@ -41,8 +41,9 @@ def _sense(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | Non
 def _scheduled_ranges(defs: dg.Definitions, instance: dg.DagsterInstance, name: str = SCHEDULE) -> list[tuple]:
     """(first, last) partition of each run one schedule tick requests."""
     repository = defs.get_repository_def()
-    context = dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources)
-    result = repository.get_schedule_def(name).evaluate_tick(context)
+    # closed right away: an open context keeps the instance its resources were built with entered
+    with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
+        result = repository.get_schedule_def(name).evaluate_tick(context)
     ranges = []
     for request in result.run_requests:
         assert request.asset_selection == [dg.AssetKey([name.split("__")[0], "pretrain_shard"])]
@@ -144,8 +145,8 @@ def test_schedule_batches_runs_of_at_most_16_partitions_and_skips_when_all_are_b
         sample_blends, tmp_path, instance):
     defs = _definitions(sample_blends, tmp_path)
     repository = defs.get_repository_def()
-    context = dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources)
-    assert repository.get_schedule_def(SCHEDULE).evaluate_tick(context).skip_message.startswith("all 0 shard")
+    with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
+        assert repository.get_schedule_def(SCHEDULE).evaluate_tick(context).skip_message.startswith("all 0 shard")
     keys = [f"wiki/shard_{i:05d}" for i in range(40)]
     instance.add_dynamic_partitions("sample__pretrain_shards", keys)
     assert _scheduled_ranges(defs, instance) == [(keys[0], keys[15]), (keys[16], keys[31]), (keys[32], keys[39])]

@@ -11,7 +11,6 @@ from nemotron_assets.blend import (
     Blend,
     DatasetEntry,
     UnknownBlend,
-    discover_blends,
     load_blend,
     load_blend_folder,
     parse_size,
@@ -235,11 +234,11 @@ def test_one_broken_blend_file_is_reported_as_that_blend_and_the_others_load(tmp
         folder.find("nosuch")
 
 
-def test_discover_blends_sorted_and_ignores_other_files(tmp_path):
+def test_a_blend_folder_is_sorted_and_ignores_other_files(tmp_path):
     write(tmp_path, "b.yaml", "datasets: [{name: x, path: x.jsonl}]\n")
     write(tmp_path, "a.json", {"datasets": [{"name": "y", "path": "y.jsonl"}]})
     write(tmp_path, "notes.txt", "not a blend")
-    assert [blend.name for _, blend in discover_blends(tmp_path)] == ["a", "b"]
+    assert [blend.name for _, blend in load_blend_folder(tmp_path).blends] == ["a", "b"]
 
 
 def test_bundled_sample_blend_loads():

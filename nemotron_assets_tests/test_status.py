@@ -1,6 +1,6 @@
 """``status`` and ``verify`` as a user runs them (``cli.main``), against a sqlite instance in a temp DAGSTER_HOME that
 holds real runs of the sample blend, and files or settings that a test then changes. Every consumer uses one
-definition of "up to date" (receipts.py): these tests change each class of input and watch status, verify, the
+definition of "up to date" (records.py): these tests change each class of input and watch status, verify, the
 listing asset and materialize agree."""
 
 import json
@@ -289,7 +289,7 @@ def test_unknown_and_broken_blends_are_errors_naming_them(env, sample_blends, ca
     assert "blend typo: cannot be checked:" in out and "wieght" in out
 
 
-def test_status_and_verify_leave_family_datasets_to_the_harmony_path(monkeypatch, tmp_path, capsys):
+def test_a_post_training_blend_has_harmony_shards_and_no_megatron_blend(monkeypatch, tmp_path, capsys):
     home = tmp_path / "home"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO / "dagster_home" / "dagster.yaml").read_text())
@@ -297,5 +297,6 @@ def test_status_and_verify_leave_family_datasets_to_the_harmony_path(monkeypatch
     monkeypatch.setenv("NEMOTRON_DATA_ROOT", str(tmp_path / "data"))
     monkeypatch.setenv("NEMOTRON_BLENDS_DIR", str(REPO / "blends"))
     assert main(["status", "posttrain_sample"]) == 0
-    assert "no pretraining datasets" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Harmony shards:" in out and "Megatron shards:" not in out and "blend.json" not in out
     assert main(["verify", "posttrain_sample"]) == 0

@@ -148,6 +148,22 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             page.screenshot(path=artifacts / "04-partition-metadata.png")
             value_cell("token_histogram").scroll_into_view_if_needed()
             page.screenshot(path=artifacts / "05-token-histogram.png")
+
+            # 5. After the demo's command (the whole blend through the CLI), the graph shows every shard built and
+            # the shard checks passed for them: each shard's checks ran in its step, on that partition.
+            demo = subprocess.run([sys.executable, "-m", "nemotron_assets", "materialize", "sample"], env=ui_env,
+                                  cwd=REPO, capture_output=True, text=True, timeout=300)
+            assert demo.returncode == 0, demo.stderr[-3000:]
+            page.goto(f"{ui.url}/locations/{LOCATION}/asset-groups/sample")
+            shard_node = page.locator("foreignObject").filter(has=page.get_by_text("pretrain_shard", exact=True))
+            expect(shard_node).to_contain_text("3 / 3 Passed")
+            expect(shard_node).to_contain_text("100% filled")
+            page.screenshot(path=artifacts / "06-checks-passed.png")
+            page.goto(f"{ui.url}/assets/sample/pretrain_shard?view=checks")
+            for check in ("bin_idx_consistent", "counts_match_metadata", "token_ids_below_vocab"):
+                item = page.get_by_role("link").filter(has_text=check)
+                expect(item.first).to_contain_text("Succeeded")
+            page.screenshot(path=artifacts / "07-checks-tab.png")
         except Exception:
             page.screenshot(path=artifacts / "failure.png")
             (artifacts / "failure.html").write_text(page.content())

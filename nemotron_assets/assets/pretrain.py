@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from nemotron_assets.assets.reporting import (
+    TRANSIENT_RETRIES,
     CheckOutcome,
     histogram_markdown,
     materialize_partitions,
@@ -34,9 +35,10 @@ from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
 from nemotron_assets.pretrain.shard_checks import CHECKS, check_shard
 from nemotron_assets.pretrain.shard_step import ShardOutcome, materialize_shard
+from nemotron_assets.records import SourceManifest, read_manifest, write_manifest
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage, blend_outputs
-from nemotron_assets.sources.manifest import SourceManifest, build_manifest, read_manifest, write_manifest
+from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.storage import Storage
 from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, cached_tokenizer
 
@@ -60,8 +62,14 @@ class PretrainAssets:
     shard_partitions: dg.DynamicPartitionsDefinition
     scope: Scope
 
+    has_text_datasets: bool = True
+
     @property
     def definitions(self) -> list:
+        """The source split, and the pretraining assets when the blend has datasets without a family (a blend of
+        post-training data only has no Megatron shards to show)."""
+        if not self.has_text_datasets:
+            return [self.source_split]
         return [self.source_split, self.pretrain_shard, self.megatron_blend]
 
 
@@ -89,7 +97,7 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
         scope.key("pretrain_shard"), group=scope.group, partitions_def=shard_partitions, kinds={"megatron"},
         deps=[dg.AssetDep(source_split, partition_mapping=dg.AllPartitionMapping())], checks=CHECKS,
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN),
-        retry_policy=dg.RetryPolicy(max_retries=2, delay=1, backoff=dg.Backoff.EXPONENTIAL),
+        retry_policy=TRANSIENT_RETRIES,
         description="Tokenizes one shard of a dataset into a Megatron .bin/.idx pair (byte-identical to "
                     "Megatron-LM tools/preprocess_data.py --append-eod), then checks it.",
     )
@@ -136,7 +144,8 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
             lineage.log_blend(context, store, blend.name, metadata, blend_outputs(blend.name), manifests)
         return dg.MaterializeResult(metadata=metadata)
 
-    return PretrainAssets(source_split, pretrain_shard, megatron_blend, dataset_partitions, shard_partitions, scope)
+    return PretrainAssets(source_split, pretrain_shard, megatron_blend, dataset_partitions, shard_partitions, scope,
+                          has_text_datasets=any(not e.family for e in blend.entries()))
 
 
 # --- the steps ----------------------------------------------------------------------------------------------

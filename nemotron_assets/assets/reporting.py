@@ -31,6 +31,8 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 from nemotron_assets.errors import InputError, NotReady
 
 _BAR_WIDTH = 30
+# Retries for transient trouble only: every error a retry cannot fix fails the step without them (below).
+TRANSIENT_RETRIES = dg.RetryPolicy(max_retries=2, delay=1, backoff=dg.Backoff.EXPONENTIAL)
 PERMANENT_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
                     errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}
 

@@ -1,4 +1,4 @@
-"""Harmony text, the normalized form of every post-training row (DESIGN.md section 3).
+"""Harmony text, the normalized form of every post-training row (docs/architecture.md §4.3).
 
 A conversation is a run of messages with nothing between them::
 

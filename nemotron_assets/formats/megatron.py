@@ -1,6 +1,6 @@
 """Megatron-LM indexed dataset (MMIDIDX) and Megatron-Bridge blend files, byte for byte.
 
-A dataset is a path prefix ``P`` with ``P.bin`` and ``P.idx`` (DESIGN.md section 2).
+A dataset is a path prefix ``P`` with ``P.bin`` and ``P.idx`` (docs/architecture.md §4.1).
 
 ``.bin``: every token id concatenated, little-endian, in the header's dtype; no header, no padding.
 
@@ -202,11 +202,6 @@ def _validate_index(index: Index, name: str) -> None:
         raise FormatError(f"{name}: last document index {docs[-1]} != {len(lengths)} sequences")
     if np.any(np.diff(docs) < 0):
         raise FormatError(f"{name}: document indices decrease")
-
-
-def read_index(prefix: str | Path) -> Index:
-    path = Path(f"{prefix}.idx")
-    return parse_index(path.read_bytes(), name=str(path))
 
 
 def check_bin_size(index: Index, bin_size: int, name: str = ".bin") -> None:

@@ -169,7 +169,7 @@ def effort_for_reasoning(reasoning: str | None) -> str | None:
 
 def difficulty_from_correctness(correctness: float | None) -> str | None:
     """A problem most samples solve is easy (``low``), one few solve is hard (``high``); thresholds match the
-    high/low correctness pools of DESIGN.md section 3."""
+    high/low correctness pools (posttrain/pools.py)."""
     if correctness is None:
         return None
     if correctness >= EASY_AT_LEAST:

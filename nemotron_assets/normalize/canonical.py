@@ -1,4 +1,5 @@
-"""The canonical conversation: OpenAI-style messages and tools, the form every normalized row stores (DESIGN.md §4).
+"""The canonical conversation: OpenAI-style messages and tools, the form every normalized row stores
+(docs/architecture.md §4.3).
 
 Every template renders from this form (Harmony text through ``to_harmony.py``, chat templates in the SFT step), so
 it is small and strict::

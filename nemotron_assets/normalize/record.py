@@ -1,4 +1,4 @@
-"""A `NormalizedRow` -> the columns of one normalized shard row (DESIGN.md section 3 and 4).
+"""A `NormalizedRow` -> the columns of one normalized shard row (docs/architecture.md §4.3).
 
 The quality and statistics rules live here once instead of in every mapper. The columns (`COLUMNS` is the list the
 shard's Parquet schema is built from; kinds: string, float, int, bool, strings = list of strings):

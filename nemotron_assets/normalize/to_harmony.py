@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemotron_assets.formats.harmony import JSON_CONTENT_TYPE, Message, ToolSpec
+from nemotron_assets.formats.harmony import Message, ToolSpec
 from nemotron_assets.normalize.canonical import CallMatcher, split_think
 
 #: NeMo-Skills' python tool (Nemotron-Math-v2 declares it; OpenMathReasoning TIR calls are written as calls to it).
@@ -96,9 +96,7 @@ class _Converter:
             self.out.python_tool = True
             self.out.messages.append(Message.python_call(_python_code(arguments)))
         else:
-            self.out.messages.append(
-                Message("assistant", _arguments_text(arguments), "commentary", f"functions.{name}", JSON_CONTENT_TYPE)
-            )
+            self.out.messages.append(Message.function_call(name, _arguments_text(arguments)))
 
     def tool_result(self, message: dict[str, Any]) -> None:
         answered = self.matcher.answer(message.get("tool_call_id"), message.get("name"))
@@ -106,8 +104,7 @@ class _Converter:
         if answered is not None and name in PYTHON_TOOL_NAMES:
             self.out.messages.append(Message.python_result(message["content"]))
         else:
-            self.out.messages.append(Message("tool", message["content"], "commentary", "assistant",
-                                             name=f"functions.{name}"))
+            self.out.messages.append(Message.function_result(name, message["content"]))
 
 
 def _arguments_text(arguments: Any) -> str:

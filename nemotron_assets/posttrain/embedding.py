@@ -9,8 +9,13 @@
 
 import json
 import re
+from pathlib import Path
+
+import polars as pl
 
 from nemotron_assets.formats.harmony import Message, parse_harmony
+from nemotron_assets.layout import embedding_view_path, pool_path
+from nemotron_assets.storage import Storage
 
 VIEWS = ("prompt", "reasoning_excerpt", "behavior")
 EXCERPT_CHARS = 1000
@@ -77,3 +82,26 @@ def _argument_keys(content: str) -> list[str]:
 
 def word_count(text: str) -> int:
     return len(text.split())
+
+
+def write_view(pool_file: str, view: str, out: Path, storage_options: dict | None) -> int:
+    """The view's rows (id, embed_text, word_count, pass-through metadata) for one pool file; returns the count."""
+    frame = pl.scan_parquet(pool_file, storage_options=storage_options).select("id", "text", *PASS_THROUGH).collect()
+    texts = [embed_text(view, text) for text in frame["text"]]
+    view_frame = frame.drop("text").with_columns(
+        embed_text=pl.Series(texts, dtype=pl.String),
+        word_count=pl.Series([word_count(t) for t in texts], dtype=pl.Int64),
+    ).select("id", "embed_text", "word_count", *PASS_THROUGH)
+    view_frame.write_parquet(out, compression="zstd")
+    return len(view_frame)
+
+
+def write_views(store: Storage, base: str, pool: str) -> int:
+    """Every view of one committed pool, each staged and committed; returns the pool's rows."""
+    rows = 0
+    for view in VIEWS:
+        with store.staging() as folder:
+            staged = folder / "part-00000.parquet"
+            rows = write_view(store.url(pool_path(base, pool)), view, staged, store.polars_options())
+            store.commit(staged, embedding_view_path(base, view, pool))
+    return rows

@@ -1,5 +1,5 @@
 """Build one normalized Harmony shard: raw rows of one shard plan entry -> Parquet with the columns of
-``normalize/record.py`` (DESIGN.md sections 3 and 4).
+``normalize/record.py`` (docs/architecture.md §4.3).
 
 Rows stream through in batches (memory stays near one batch whatever the shard size). What happens to a row:
 
@@ -26,8 +26,8 @@ from nemotron_assets.errors import InputError
 from nemotron_assets.normalize.base import RowError, Skipped, SourceFields
 from nemotron_assets.normalize.families import check_fields, normalize_row
 from nemotron_assets.normalize.record import COLUMNS
+from nemotron_assets.records import SourceManifest
 from nemotron_assets.sources.files import SourceFile
-from nemotron_assets.sources.manifest import SourceManifest
 from nemotron_assets.sources.readers import MAX_EXAMPLES, ReadOptions, ReadStats, iter_record_batches
 
 #: Parquet types of the column kinds of `record.COLUMNS`.

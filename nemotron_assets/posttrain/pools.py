@@ -1,4 +1,4 @@
-"""Candidate pools: named polars predicates over normalized, deduplicated Harmony rows (DESIGN.md §3).
+"""Candidate pools: named polars predicates over normalized, deduplicated Harmony rows.
 
 Every pool starts from the base filter and adds its own condition. The base filter keeps rows that are valid
 Harmony, have a non-empty completion and a valid tool schema, are not duplicates and -- unless
@@ -9,9 +9,15 @@ expressions so a scan can push them down into the Parquet reader. A null in a co
 correctness, no reasoning switch) keeps the row out of that pool.
 """
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 import polars as pl
+
+from nemotron_assets.blend import Blend
+from nemotron_assets.layout import pool_dir, pool_path
+from nemotron_assets.posttrain.dedup import deduplicated_rows
+from nemotron_assets.storage import Storage
 
 POOL_NAMES = (
     "high_correctness", "mid_correctness", "low_correctness", "has_correctness_meta", "missing_correctness_meta",
@@ -57,3 +63,33 @@ def pool_predicate(name: str, thresholds: PoolThresholds = PoolThresholds()) -> 
     if name not in conditions:
         raise KeyError(f"unknown pool {name!r} (pools: {', '.join(POOL_NAMES)})")
     return base_filter(thresholds) & conditions[name].fill_null(False)
+
+
+def blend_rows(store: Storage, blend: Blend, base: str) -> pl.LazyFrame:
+    """Every family dataset's normalized rows, duplicates removed, as one lazy frame in blend order."""
+    return pl.concat([deduplicated_rows(store, blend, base, e.name) for e in blend.entries() if e.family],
+                     how="vertical")
+
+
+def write_pool(store: Storage, base: str, rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds) -> dict:
+    """Stream the rows of ``pool`` into its Parquet file and commit it with its manifest (rows per dataset and
+    the thresholds, which the pool check re-reads); returns the manifest."""
+    with store.staging() as folder:
+        staged = folder / "part-00000.parquet"
+        rows.filter(pool_predicate(pool, thresholds)).sink_parquet(staged, compression="zstd")
+        counts = (pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows"))
+                  .sort("dataset").collect())
+        manifest = {"pool": pool, "thresholds": asdict(thresholds),
+                    "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])), "rows": int(counts["rows"].sum())}
+        store.commit(staged, pool_path(base, pool))
+        store.write_bytes(f"{pool_dir(base, pool)}/manifest.json", json.dumps(manifest, indent=1, sort_keys=True)
+                          .encode())
+    return manifest
+
+
+def rows_outside_predicate(store: Storage, base: str, pool: str) -> int:
+    """Rows of a committed pool that its own predicate (with the thresholds it was built with) rejects."""
+    manifest = json.loads(store.read_bytes(f"{pool_dir(base, pool)}/manifest.json"))
+    predicate = pool_predicate(pool, PoolThresholds(**manifest["thresholds"]))
+    return (pl.scan_parquet(store.url(pool_path(base, pool)), storage_options=store.polars_options())
+            .filter(~predicate).select(pl.len()).collect().item())

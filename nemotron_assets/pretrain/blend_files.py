@@ -2,7 +2,7 @@
 
 A shard's weight is its dataset's weight times the shard's share of that dataset's tokens, so a dataset's
 shards together weigh exactly what the user gave the dataset. Empty shards are left out (Megatron cannot
-sample from them). Every planned shard must be up to date (receipts.py ``freshness``): a stale shard (built with
+sample from them). Every planned shard must be up to date (records.py ``freshness``): a stale shard (built with
 other settings, another tokenizer, or from other input) is always an error, because one training blend would mix
 them; a missing one is an error unless ``allow_missing``.
 
@@ -19,8 +19,7 @@ from nemotron_assets.errors import NotReady
 from nemotron_assets.formats import megatron
 from nemotron_assets.layout import ShardKey, pretrain_dir, shard_prefix
 from nemotron_assets.pretrain.inputs import shard_inputs
-from nemotron_assets.receipts import State, freshness
-from nemotron_assets.sources.manifest import SourceManifest
+from nemotron_assets.records import SourceManifest, State, freshness
 from nemotron_assets.storage import Storage
 
 SHOWN = 10  # shard keys named in an error message

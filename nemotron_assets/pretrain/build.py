@@ -40,7 +40,6 @@ class ShardStats:
     min_doc_tokens: int = 0
     max_doc_tokens: int = 0
     histogram: list[int] = field(default_factory=lambda: [0] * HISTOGRAM_BUCKETS)
-    dropped: dict[str, int] = field(default_factory=dict)
     bin_bytes: int = 0
     idx_bytes: int = 0
     bin_sha256: str = ""
@@ -48,7 +47,6 @@ class ShardStats:
     dtype: str = ""
     backend: str = ""
     long_documents: LongDocuments = field(default_factory=LongDocuments)
-    seconds: float = 0.0
 
     @property
     def mean_doc_tokens(self) -> float:
@@ -72,7 +70,7 @@ class ShardStats:
             "rows": self.rows, "documents": self.documents, "empty_documents": self.empty_documents,
             "tokens": self.tokens, "min_doc_tokens": self.min_doc_tokens,
             "mean_doc_tokens": round(self.mean_doc_tokens, 3), "max_doc_tokens": self.max_doc_tokens,
-            "histogram": self.histogram, "dropped": dict(self.dropped), "bin_bytes": self.bin_bytes,
+            "histogram": self.histogram, "bin_bytes": self.bin_bytes,
             "idx_bytes": self.idx_bytes, "bin_sha256": self.bin_sha256, "idx_sha256": self.idx_sha256,
             "dtype": self.dtype, "backend": self.backend, "long_documents": self.long_documents.as_dict(),
         }
@@ -117,7 +115,6 @@ def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype:
     stats.idx_bytes = len(idx_bytes)
     stats.bin_sha256 = writer.bin_sha256
     stats.idx_sha256 = hashlib.sha256(idx_bytes).hexdigest()
-    stats.seconds = time.monotonic() - started
     return stats
 
 

@@ -1,4 +1,4 @@
-"""What determines the bytes of a pretraining shard: its receipt's ``inputs`` (receipts.py).
+"""What determines the bytes of a pretraining shard: its receipt's ``inputs`` (records.py).
 
 A shard is up to date only when all of these are what they were when it was built:
 
@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError
 from nemotron_assets.formats.megatron import dtype_for_vocab
-from nemotron_assets.sources.manifest import SourceManifest
+from nemotron_assets.records import SourceManifest
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
 
 FORMAT_VERSION = "megatron-mmidx/2"

@@ -7,7 +7,7 @@ returns "" when it passes, else what is wrong.
 import numpy as np
 
 from nemotron_assets.formats.megatron import FormatError, Index, check_bin_size, parse_index
-from nemotron_assets.receipts import read_receipt
+from nemotron_assets.records import read_receipt
 from nemotron_assets.storage import Storage
 
 SCAN_BYTES = 16 << 20

@@ -1,6 +1,6 @@
 """Materialize one tokenized shard into storage, or recognise that it is already there.
 
-A shard is up to date when ``receipts.freshness`` says so: its receipt names the inputs a build would use now
+A shard is up to date when ``records.freshness`` says so: its receipt names the inputs a build would use now
 (pretrain/inputs.py) and its ``.bin``/``.idx`` are as committed. Then the step reports "up to date" instead of
 rebuilding; anything else (missing, stale, or files changed after the commit) is rebuilt.
 
@@ -8,9 +8,8 @@ Commit order: receipt deleted, ``.idx`` deleted, ``.bin`` committed, ``.idx`` co
 instant the storage holds a finished shard, or a shard without a receipt (not done).
 """
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +18,11 @@ from nemotron_assets.formats.megatron import DType, dtype_for_vocab
 from nemotron_assets.layout import ShardKey, shard_prefix
 from nemotron_assets.pretrain.build import BackendMismatch, ShardStats, build_shard
 from nemotron_assets.pretrain.inputs import shard_inputs, tokenizer_identity
-from nemotron_assets.receipts import Receipt, freshness, receipt_path, write_receipt
-from nemotron_assets.sources.manifest import SourceManifest, iter_shard_texts, read_options
+from nemotron_assets.records import Receipt, SourceManifest, freshness, receipt_path, write_receipt
+from nemotron_assets.sources.manifest import iter_shard_texts, read_options
 from nemotron_assets.sources.prefetch import prefetch
 from nemotron_assets.sources.readers import ReadStats
-from nemotron_assets.storage import Storage
+from nemotron_assets.storage import Storage, locate_os_errors
 from nemotron_assets.tokenize.documents import LoadedTokenizer
 
 RECEIPT_KIND = "pretrain_shard"
@@ -68,7 +67,7 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
 
     with storage.staging() as folder:
         staged = folder / "shard"
-        with _locate_os_errors(folder):
+        with locate_os_errors(folder):
             stats, read = _build_with_fallback(blend, manifest, key, tokenizer, dtype, staged, progress, log)
         if read.dropped:
             log(f"{key}: skipped {sum(read.dropped.values()):,} bad row(s) "
@@ -89,18 +88,6 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
         storage.commit(folder / "shard.idx", f"{prefix}.idx")
         receipt = write_receipt(storage, prefix, receipt)
     return ShardOutcome(key, "built", receipt, time.monotonic() - started, rebuilt_because)
-
-
-@contextlib.contextmanager
-def _locate_os_errors(folder: Path) -> Iterator[None]:
-    """An ``OSError`` raised by a plain ``write`` names no file (``[Errno 28] No space left on device``); give it
-    the staging folder, so the user learns which disk is full."""
-    try:
-        yield
-    except OSError as error:
-        if error.errno is not None and error.filename is None:
-            raise OSError(error.errno, error.strerror, str(folder)) from error
-        raise
 
 
 def _build_with_fallback(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer,

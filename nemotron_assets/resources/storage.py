@@ -1,4 +1,4 @@
-"""The storage resource: a local folder or ``s3://bucket/prefix``, chosen by one setting (DESIGN.md 1).
+"""The storage resource: a local folder or ``s3://bucket/prefix``, chosen by one setting (docs/architecture.md §2).
 
 Why a resource and not an IO manager: outputs are large files that steps stream to disk themselves, and a
 backfill run covers many partitions; Dagster IO managers pickle returned values and the UPath one refuses

@@ -31,7 +31,7 @@ import dagster as dg
 from pydantic import Field
 
 from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
-from nemotron_assets.receipts import read_receipt
+from nemotron_assets.records import read_receipt
 from nemotron_assets.storage import Storage
 
 ENABLE_VARIABLE = "NEMOTRON_WANDB"

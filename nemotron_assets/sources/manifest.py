@@ -1,21 +1,19 @@
-"""A dataset split's manifest: the exact files read (size, content hash or ETag, rows) and its shard plan.
+"""Building a dataset split's manifest (its schema lives in records.py), and reading the rows it plans.
 
-The manifest is what the tokenized shards are built from, so a shard can name exactly which rows of which
+``build_manifest`` resolves the files, measures them (rows and content hash, one streaming pass per file) and
+plans the shards. The manifest is what the shards are built from, so a shard can name exactly which rows of which
 file version it holds, and a later run can tell whether anything changed under it.
 """
 
-import hashlib
-import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
-from nemotron_assets.layout import manifest_path
+from nemotron_assets.records import SourceManifest
 from nemotron_assets.sources.discovery import resolve_files, storage_options_for
 from nemotron_assets.sources.files import SourceFile
-from nemotron_assets.sources.plan import FileRange, ShardPlan, plan_shards, shard_count_for
+from nemotron_assets.sources.plan import plan_shards, shard_count_for
 from nemotron_assets.sources.readers import (
     ReadOptions,
     ReadStats,
@@ -23,85 +21,6 @@ from nemotron_assets.sources.readers import (
     count_rows_and_hash,
     iter_text_batches,
 )
-from nemotron_assets.storage import Storage
-
-MANIFEST_VERSION = 1
-
-
-@dataclass(frozen=True)
-class SourceManifest:
-    blend: str
-    dataset: str
-    split: str
-    path: str
-    revision: str | None
-    text_field: str
-    files: list[SourceFile]
-    shards: list[ShardPlan]
-    max_rows: int | None = None
-    skipped_empty_files: list[str] = field(default_factory=list)
-
-    @property
-    def total_rows(self) -> int:
-        """Rows the plan covers (after any max_rows limit)."""
-        return sum(s.rows for s in self.shards)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def to_json(self) -> dict:
-        return {
-            "version": MANIFEST_VERSION, "blend": self.blend, "dataset": self.dataset, "split": self.split,
-            "path": self.path, "revision": self.revision, "text_field": self.text_field,
-            "max_rows": self.max_rows, "total_rows": self.total_rows, "total_bytes": self.total_bytes,
-            "files": [f.as_dict() for f in self.files],
-            "skipped_empty_files": self.skipped_empty_files,
-            "shards": [{"index": s.index, "rows": s.rows,
-                        "ranges": [[r.file_index, r.row_start, r.row_end] for r in s.ranges]}
-                       for s in self.shards],
-        }
-
-    @staticmethod
-    def from_json(data: dict) -> "SourceManifest":
-        if data.get("version") != MANIFEST_VERSION:
-            raise ValueError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION}")
-        return SourceManifest(
-            blend=data["blend"], dataset=data["dataset"], split=data["split"], path=data["path"],
-            revision=data["revision"], text_field=data["text_field"], max_rows=data["max_rows"],
-            files=[SourceFile(**f) for f in data["files"]],
-            skipped_empty_files=list(data.get("skipped_empty_files", [])),
-            shards=[ShardPlan(s["index"], tuple(FileRange(*r) for r in s["ranges"])) for s in data["shards"]],
-        )
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(self.to_json(), indent=1, sort_keys=True).encode()
-
-    def shard_fingerprint(self, index: int) -> str:
-        """Identity of a shard's input: its row ranges and the exact file versions they come from."""
-        shard = self.shards[index]
-        pieces = [[self.files[r.file_index].url, self.files[r.file_index].fingerprint, r.row_start, r.row_end]
-                  for r in shard.ranges]
-        payload = json.dumps({"ranges": pieces, "text_field": self.text_field}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def read_manifest(store: Storage, base: str, dataset: str) -> SourceManifest:
-    """A dataset's manifest under ``base``; ``FileNotFoundError``/``ValueError`` say what is wrong."""
-    path = manifest_path(base, dataset)
-    if not store.exists(path):
-        raise FileNotFoundError(store.url(path))
-    try:
-        return SourceManifest.from_json(json.loads(store.read_bytes(path)))
-    except (KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError already
-        raise ValueError(f"not a readable manifest: {exc}") from None
-
-
-def write_manifest(store: Storage, base: str, manifest: SourceManifest) -> str:
-    """Commit the manifest under ``base``; returns its relative path."""
-    relative = manifest_path(base, manifest.dataset)
-    store.write_bytes(relative, manifest.to_bytes())
-    return relative
 
 
 def read_options(blend: Blend, entry: DatasetEntry) -> ReadOptions:

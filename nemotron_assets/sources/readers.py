@@ -41,11 +41,6 @@ class ReadStats:
     dropped: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)  # where the first skipped rows were, and why
 
-    def merge(self, other: "ReadStats") -> None:
-        self.rows += other.rows
-        self.dropped.update(other.dropped)
-        self.examples.extend(other.examples[: MAX_EXAMPLES - len(self.examples)])
-
 
 @dataclass(frozen=True)
 class ReadOptions:

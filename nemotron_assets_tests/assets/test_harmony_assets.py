@@ -166,3 +166,29 @@ def test_embedding_views_have_one_row_per_pool_row_and_the_report_counts_tool_us
     assert all("calls: 0" not in r["embed_text"] for r in behaviors)
     report = (out / "embedding" / "behavior_report.md").read_text()
     assert f"| tool_use | {len(pool)} | {len(pool)} |" in report
+
+
+def test_a_second_build_of_an_unchanged_blend_rebuilds_no_harmony_shard(tmp_path, instance, monkeypatch, capsys):
+    from nemotron_assets.cli import main
+
+    pipeline = Pipeline(SAMPLE, tmp_path, instance)
+    pipeline.run(pipeline.source_split, [e.name for e in pipeline.blend.entries()])
+    keys = pipeline.shard_keys()
+    pipeline.run(pipeline.harmony.harmony_shard, keys)
+    shards = sorted((tmp_path / "posttrain_sample" / "harmony").rglob("shard_*"))
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in shards}
+    again = pipeline.run(pipeline.harmony.harmony_shard, keys)
+    statuses = {e.step_materialization_data.materialization.partition:
+                e.step_materialization_data.materialization.metadata["status"].value
+                for e in again.get_asset_materialization_events()}
+    assert statuses == dict.fromkeys(keys, "up to date")
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in shards} == before
+
+    monkeypatch.setenv("DAGSTER_HOME", instance.root_directory)
+    monkeypatch.setenv("NEMOTRON_DATA_ROOT", str(tmp_path))
+    monkeypatch.setenv("NEMOTRON_BLENDS_DIR", str(SAMPLE.parent))
+    assert main(["status", "posttrain_sample", "--json"]) == 0
+    datasets = json.loads(capsys.readouterr().out)["blends"][0]["datasets"]
+    assert datasets and all(d["path"] == "harmony" and d["done"] == d["planned"] > 0 for d in datasets)
+    assert sum(d["written"] for d in datasets) == sum(pq.read_metadata(p).num_rows for p in shards
+                                                      if p.suffix == ".parquet")

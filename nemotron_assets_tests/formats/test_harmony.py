@@ -1,4 +1,4 @@
-"""Harmony text (DESIGN.md section 3).
+"""Harmony text (docs/architecture.md §4.3).
 
 1. Parity: for conversations covering every construct, our text equals openai-harmony's training render, and the
    library's parser reads our text (encoded with special tokens) into the same messages as our parser.

@@ -1,10 +1,11 @@
-"""Megatron .bin/.idx (DESIGN.md section 2): golden bytes derived by hand, round trips through the independent
+"""Megatron .bin/.idx (docs/architecture.md §4.1): golden bytes derived by hand, round trips through the independent
 reader in ``nemotron_assets_tests/megatron_reader.py``, and the structural checks of ``parse_index``."""
 
 import hashlib
 import json
 import struct
 from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,13 +15,13 @@ from hypothesis import strategies as st
 from nemotron_assets.formats.megatron import (
     DType,
     FormatError,
+    Index,
     IndexedDatasetWriter,
     blend_json,
     check_bin_size,
     data_path_args,
     dtype_for_vocab,
     parse_index,
-    read_index,
 )
 from nemotron_assets_tests.megatron_blend_reader import read_blend_per_split
 from nemotron_assets_tests.megatron_reader import read_dataset, read_raw
@@ -122,7 +123,7 @@ def test_header_document_count_is_documents_plus_one(tmp_path):
     write(prefix, DType.int32, [documents[:2], documents[2:]])
     raw = read_raw(prefix)
     assert raw.num_document_indices == len(documents) + 1
-    assert read_index(prefix).num_documents == len(documents)
+    assert _read_index(prefix).num_documents == len(documents)
 
 
 @pytest.mark.parametrize(
@@ -194,7 +195,7 @@ def test_round_trip_through_independent_reader(tmp_path, dtype, data):
     raw = read_raw(prefix)
     assert raw.num_sequences == sum(1 for d in documents if d)
     assert raw.num_document_indices == len(documents) + 1
-    index = read_index(prefix)  # our own parser accepts what we wrote
+    index = _read_index(prefix)  # our own parser accepts what we wrote
     assert index.num_tokens == sum(len(d) for d in documents)
 
 
@@ -266,7 +267,7 @@ def test_parse_index_accepts_a_float_dtype_header_with_its_own_itemsize():
 def test_check_bin_size(tmp_path):
     prefix = tmp_path / "golden"
     write(prefix, DType.int32, [GOLDEN_DOCS])
-    index = read_index(prefix)
+    index = _read_index(prefix)
     check_bin_size(index, 16)  # 4 tokens * 4 bytes
     for wrong in (0, 15, 17, 8):
         with pytest.raises(FormatError, match=f"golden.bin: {wrong} bytes, the index describes 16"):
@@ -331,3 +332,8 @@ def test_data_path_args_train_only_is_a_single_weighted_list():
 
 def test_data_path_args_of_a_flat_blend_is_megatrons_data_path():
     assert data_path_args({"train": [(1, "a/s")]}, flat=True) == "--data-path 1.0 a/s\n"
+
+
+def _read_index(prefix) -> Index:
+    path = Path(f"{prefix}.idx")
+    return parse_index(path.read_bytes(), name=str(path))

@@ -1,4 +1,4 @@
-"""Shard planning (DESIGN.md section 1): contiguous, order-preserving, byte-balanced, deterministic, never
+"""Shard planning (docs/architecture.md §1): contiguous, order-preserving, byte-balanced, deterministic, never
 crashing on skewed sizes. Expected plans below are worked out by hand from the rule "cut at
 ``k * total_bytes // n`` at the nearest row boundary"."""
 

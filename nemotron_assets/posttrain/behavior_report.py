@@ -1,0 +1,39 @@
+"""The behavior report: per pool, how many rows call tools and how many distinct behaviors there are.
+
+It reads every pool's ``behavior`` embedding view (posttrain/embedding.py). A view whose rows collapse into few
+distinct signatures shows as low uniqueness: the pool teaches one way of using tools, whatever its size.
+"""
+
+import polars as pl
+
+from nemotron_assets.layout import behavior_report_path, embedding_view_path
+from nemotron_assets.posttrain.pools import POOL_NAMES
+from nemotron_assets.storage import Storage
+
+TOP_SIGNATURES = 5
+
+
+def behavior_markdown(store: Storage, base: str) -> str:
+    """Per pool: rows, rows with tool calls, distinct behavior signatures, and the most common ones."""
+    lines = ["| pool | rows | with tool calls | distinct signatures | uniqueness |", "|---|---:|---:|---:|---:|"]
+    details = []
+    for pool in POOL_NAMES:
+        frame = pl.read_parquet(store.url(embedding_view_path(base, "behavior", pool)),
+                                storage_options=store.polars_options())
+        rows = len(frame)
+        with_calls = int((frame["meta_tool_call_count"] > 0).sum()) if rows else 0
+        counts = (frame.group_by("embed_text").agg(pl.len().alias("n"))
+                  .sort(["n", "embed_text"], descending=[True, False]))
+        distinct = len(counts)
+        uniqueness = f"{distinct / rows:.2f}" if rows else "-"
+        lines.append(f"| {pool} | {rows:,} | {with_calls:,} | {distinct:,} | {uniqueness} |")
+        if rows:
+            details.append(f"\n**{pool}**: most common behaviors\n")
+            details += [f"- {n} × `{text}`" for text, n in counts.head(TOP_SIGNATURES).iter_rows()]
+    return "\n".join(["**Behavior signatures per pool**", "", *lines, *details])
+
+
+def write_behavior_report(store: Storage, base: str) -> str:
+    report = behavior_markdown(store, base)
+    store.write_bytes(behavior_report_path(base), report.encode())
+    return report
