@@ -161,8 +161,8 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             page.screenshot(path=artifacts / "06-checks-passed.png")
             page.goto(f"{ui.url}/assets/sample/pretrain_shard?view=checks")
             for check in ("bin_idx_consistent", "counts_match_metadata", "token_ids_below_vocab"):
-                item = page.get_by_role("link").filter(has_text=check)
-                expect(item.first).to_contain_text("Succeeded")
+                expect(page.get_by_text(check, exact=True).first).to_be_visible()
+            expect(page.get_by_text("Succeeded", exact=True)).to_have_count(3)  # each check's latest execution
             page.screenshot(path=artifacts / "07-checks-tab.png")
         except Exception:
             page.screenshot(path=artifacts / "failure.png")
