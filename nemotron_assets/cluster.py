@@ -33,25 +33,7 @@ from nemotron_assets import settings
 from nemotron_assets.instance import LAUNCHED_BY_TAG
 from nemotron_assets.runner import DEFINITIONS_MODULE, RunOutcome, first_error
 
-POSTGRES_URL_VARIABLE = "NEMOTRON_POSTGRES_URL"
-RAY_ADDRESS_VARIABLE = "NEMOTRON_RAY_ADDRESS"
 HEALTH_CHECK_SECONDS = 10.0
-
-
-def check_environment(*, need_launcher: bool) -> None:
-    """The variables ``deployments/cluster/dagster.yaml`` reads, checked up front with a message that says what
-    to set (Dagster's own error would only name the missing variable deep in a config stack trace)."""
-    url = os.environ.get(POSTGRES_URL_VARIABLE, "")
-    if not url:
-        raise SystemExit(f"NEMOTRON_DEPLOYMENT=cluster needs {POSTGRES_URL_VARIABLE}="
-                         "postgresql+psycopg2://USER:PASSWORD@HOST:PORT/DATABASE")
-    if not url.startswith("postgresql+psycopg2://"):
-        scheme = url.split("://", 1)[0] if "://" in url else "(none)"
-        raise SystemExit(f"{POSTGRES_URL_VARIABLE} must start with postgresql+psycopg2:// (got scheme {scheme!r}; "
-                         "with SQLAlchemy 2.1 a bare postgresql:// selects psycopg 3, which is not installed)")
-    if need_launcher and not os.environ.get(RAY_ADDRESS_VARIABLE):
-        raise SystemExit(f"NEMOTRON_DEPLOYMENT=cluster needs {RAY_ADDRESS_VARIABLE}: the Ray head's job-submission "
-                         "address, e.g. http://HEAD:8265")
 
 
 def pin_data_root() -> None:

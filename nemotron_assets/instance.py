@@ -37,9 +37,7 @@ def dagster_home(*, launching: bool = False) -> Path:
     if not home:
         home = str(settings.default_dagster_home())
         if settings.deployment() == "cluster":
-            from nemotron_assets.cluster import check_environment
-
-            check_environment(need_launcher=launching)
+            settings.check_cluster_environment(need_launcher=launching)
         os.environ["DAGSTER_HOME"] = home
         print(f"DAGSTER_HOME not set; using {home}", file=sys.stderr)
     if not Path(home).is_absolute() or not Path(home, "dagster.yaml").is_file():

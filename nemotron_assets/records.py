@@ -32,6 +32,7 @@ import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from nemotron_assets.errors import NotReady
 from nemotron_assets.layout import manifest_path
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.plan import FileRange, ShardPlan
@@ -108,6 +109,15 @@ def read_manifest(store: Storage, base: str, dataset: str) -> SourceManifest:
         return SourceManifest.from_json(json.loads(store.read_bytes(path)))
     except (KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError already
         raise ValueError(f"not a readable manifest: {exc}") from None
+
+
+def require_manifest(store: Storage, blend: str, base: str, dataset: str) -> SourceManifest:
+    """The dataset's manifest, for a step that needs it: a missing one is ``NotReady`` (a retry cannot make it),
+    naming what to materialize."""
+    try:
+        return read_manifest(store, base, dataset)
+    except FileNotFoundError as exc:
+        raise NotReady(f"{exc} does not exist: materialize {blend}/source_split partition {dataset!r} first") from None
 
 
 def write_manifest(store: Storage, base: str, manifest: SourceManifest) -> str:
@@ -225,6 +235,14 @@ def freshness(store: Storage, prefix: str, expected_inputs: dict, *, read_conten
     if receipt.inputs != expected_inputs:
         return Freshness(State.STALE, "built with " + describe_changes(receipt.inputs, expected_inputs), receipt)
     return Freshness(State.DONE, "", receipt)
+
+
+def rebuild_reason(current: Freshness, force: bool) -> str | None:
+    """None when the outputs are up to date and not forced (skip them); else why they are built again ("" for
+    outputs that were never built, so there is nothing to explain)."""
+    if current.done:
+        return "forced" if force else None
+    return current.reason if current.receipt is not None else ""
 
 
 def describe_changes(built: dict, now: dict) -> str:

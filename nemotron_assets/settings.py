@@ -21,6 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DEPLOYMENTS = ("local", "s3", "cluster")
 CLUSTER_DAGSTER_HOME = REPO_ROOT / "deployments" / "cluster"
+POSTGRES_URL_VARIABLE = "NEMOTRON_POSTGRES_URL"
+RAY_ADDRESS_VARIABLE = "NEMOTRON_RAY_ADDRESS"
 
 # StorageResource field -> the standard AWS variable it is read from (through dg.EnvVar, never by value).
 S3_ENVIRONMENT = {
@@ -60,6 +62,23 @@ def deployment() -> str:
         raise DeploymentError(f"NEMOTRON_DEPLOYMENT='s3' needs NEMOTRON_DATA_ROOT=s3://bucket/prefix, "
                               f"got {data_root()!r}")
     return name
+
+
+def check_cluster_environment(*, need_launcher: bool) -> None:
+    """The variables ``deployments/cluster/dagster.yaml`` reads, checked up front with a message that says what
+    to set (Dagster's own error would only name the missing variable deep in a config stack trace)."""
+    url = os.environ.get(POSTGRES_URL_VARIABLE, "")
+    if not url:
+        raise DeploymentError(f"NEMOTRON_DEPLOYMENT=cluster needs {POSTGRES_URL_VARIABLE}="
+                              "postgresql+psycopg2://USER:PASSWORD@HOST:PORT/DATABASE")
+    if not url.startswith("postgresql+psycopg2://"):
+        scheme = url.split("://", 1)[0] if "://" in url else "(none)"
+        raise DeploymentError(f"{POSTGRES_URL_VARIABLE} must start with postgresql+psycopg2:// (got scheme "
+                              f"{scheme!r}; with SQLAlchemy 2.1 a bare postgresql:// selects psycopg 3, which is not "
+                              "installed)")
+    if need_launcher and not os.environ.get(RAY_ADDRESS_VARIABLE):
+        raise DeploymentError(f"NEMOTRON_DEPLOYMENT=cluster needs {RAY_ADDRESS_VARIABLE}: the Ray head's "
+                              "job-submission address, e.g. http://HEAD:8265")
 
 
 def default_dagster_home() -> Path:

@@ -25,7 +25,6 @@ from nemotron_assets.assets.reporting import (
     permanent_errors_fail_at_once,
 )
 from nemotron_assets.blend import Blend
-from nemotron_assets.errors import NotReady
 from nemotron_assets.layout import ShardKey, harmony_shard_path, harmony_shard_prefix, pool_dir
 from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, harmony_partitions_name
 from nemotron_assets.posttrain.behavior_report import write_behavior_report
@@ -33,7 +32,7 @@ from nemotron_assets.posttrain.dedup import dedup_dataset, repeated_ids
 from nemotron_assets.posttrain.embedding import write_views
 from nemotron_assets.posttrain.harmony_step import HarmonyOutcome, materialize_harmony_shard
 from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, blend_rows, rows_outside_predicate, write_pool
-from nemotron_assets.records import SourceManifest, read_manifest, read_receipt
+from nemotron_assets.records import SourceManifest, read_receipt, require_manifest
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.storage import Storage
 
@@ -167,7 +166,7 @@ def normalize_shard(context: dg.AssetExecutionContext, store: Storage, blend: Bl
     key = ShardKey.parse(shard)
     base = scope.base(sample)
     if key.dataset not in manifests:
-        manifests[key.dataset] = load_manifest(store, blend, base, key.dataset)
+        manifests[key.dataset] = require_manifest(store, blend.name, base, key.dataset)
     outcome = materialize_harmony_shard(store, blend, manifests[key.dataset], key, force=force,
                                         log=context.log.info, base=base)
     stats = outcome.receipt.stats
@@ -199,14 +198,6 @@ def select_pool(context: dg.AssetExecutionContext, store: Storage, blend: Blend,
 def view_pool(store: Storage, scope: Scope, partition: str) -> dict:
     sample, pool = scope.split(partition)
     return {"rows": dg.MetadataValue.int(write_views(store, scope.base(sample), pool))}
-
-
-def load_manifest(store: Storage, blend: Blend, base: str, dataset: str) -> SourceManifest:
-    try:
-        return read_manifest(store, base, dataset)
-    except FileNotFoundError as exc:
-        raise NotReady(f"{exc} does not exist: materialize {blend.name}/source_split partition {dataset!r} "
-                       "first") from None
 
 
 # --- the checks (re-read what was committed) ------------------------------------------------------------------

@@ -35,7 +35,7 @@ from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
 from nemotron_assets.pretrain.shard_checks import CHECKS, check_shard
 from nemotron_assets.pretrain.shard_step import ShardOutcome, materialize_shard
-from nemotron_assets.records import SourceManifest, read_manifest, write_manifest
+from nemotron_assets.records import SourceManifest, require_manifest, write_manifest
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage, blend_outputs
 from nemotron_assets.sources.manifest import build_manifest
@@ -196,7 +196,7 @@ def build_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend,
     sample, shard = scope.split(partition)
     key = ShardKey.parse(shard)
     if key.dataset not in manifests:
-        manifests[key.dataset] = load_manifest(store, blend, scope.base(sample), key.dataset)
+        manifests[key.dataset] = require_manifest(store, blend.name, scope.base(sample), key.dataset)
     manifest = manifests[key.dataset]
     if key.index >= len(manifest.shards):
         raise NotReady(f"the current plan of {key.dataset!r} has only {len(manifest.shards)} shard(s); "
@@ -208,19 +208,10 @@ def build_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend,
     return replace(outcome, sample=sample)
 
 
-def load_manifest(store: Storage, blend: Blend, base: str, dataset: str) -> SourceManifest:
-    """The dataset's current manifest; a missing one fails the step at once (a retry cannot create it)."""
-    try:
-        return read_manifest(store, base, dataset)
-    except FileNotFoundError as exc:
-        raise NotReady(f"{exc} does not exist: materialize {blend.name}/source_split partition {dataset!r} "
-                       "first") from None
-
-
 def write_megatron_blend(store: Storage, blend: Blend, base: str, allow_missing: bool
                          ) -> tuple[dict[str, SourceManifest], dict]:
     """blend.json + data_path.txt of the shards under ``base``; refuses stale shards, naming them."""
-    manifests = {e.name: load_manifest(store, blend, base, e.name) for e in blend.entries() if not e.family}
+    manifests = {e.name: require_manifest(store, blend.name, base, e.name) for e in blend.entries() if not e.family}
     tokenizer = blend_tokenizer_identity(blend)
     files = build_blend_files(store, blend, manifests, tokenizer, base=base, allow_missing=allow_missing)
     for relative, data in files.outputs.items():

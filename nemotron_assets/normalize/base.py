@@ -63,6 +63,14 @@ class SourceFields:
         return self.tools or default
 
 
+def note_flag(flags: list[str], reasons: list[str], code: str, reason: str | None = None) -> None:
+    """Note `code` once in `flags` (and its reason, if it has one, in `reasons`)."""
+    if code not in flags:
+        flags.append(code)
+    if reason is not None:
+        reasons.append(reason)
+
+
 @dataclass
 class NormalizedRow:
     """What a family mapper knows about one raw row; `record.to_record` turns it into shard columns.
@@ -103,11 +111,7 @@ class NormalizedRow:
     reasons: list[str] = field(default_factory=list)
 
     def flag(self, code: str, reason: str | None = None) -> None:
-        """Note `code` once (and its reason, if it has one)."""
-        if code not in self.flags:
-            self.flags.append(code)
-        if reason is not None:
-            self.reasons.append(reason)
+        note_flag(self.flags, self.reasons, code, reason)
 
 
 # --- small readers the mappers share --------------------------------------------------------------------------------

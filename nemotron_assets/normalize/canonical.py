@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from nemotron_assets.normalize.base import RowError
+from nemotron_assets.normalize.base import RowError, note_flag
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLE_ALIASES = {"developer": "system", "ipython": "tool", "function": "tool"}
@@ -175,10 +175,7 @@ class Canonical:
     reasons: list[str] = field(default_factory=list)
 
     def flag(self, code: str, reason: str | None = None) -> None:
-        if code not in self.flags:
-            self.flags.append(code)
-        if reason is not None:
-            self.reasons.append(reason)
+        note_flag(self.flags, self.reasons, code, reason)
 
 
 def canonical_messages(raw_messages: Any, where: str = "messages", *, split_think_tags: bool = True) -> Canonical:

@@ -23,7 +23,7 @@ from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.layout import ShardKey, harmony_shard_prefix
 from nemotron_assets.normalize.families import mapper_version
 from nemotron_assets.posttrain.harmony_shard import build_harmony_shard
-from nemotron_assets.records import Receipt, SourceManifest, freshness, receipt_path, write_receipt
+from nemotron_assets.records import Receipt, SourceManifest, freshness, rebuild_reason, receipt_path, write_receipt
 from nemotron_assets.sources.manifest import read_options
 from nemotron_assets.storage import Storage, locate_os_errors
 
@@ -61,9 +61,9 @@ def materialize_harmony_shard(storage: Storage, blend: Blend, manifest: SourceMa
     prefix = harmony_shard_prefix(base or blend.name, key)
     inputs = shard_inputs(blend, entry, manifest, key.index)
     current = freshness(storage, prefix, inputs)
-    if current.done and not force:
+    rebuilt_because = rebuild_reason(current, force)
+    if rebuilt_because is None:
         return HarmonyOutcome(key, "up to date", current.receipt, time.monotonic() - started)
-    rebuilt_because = "forced" if current.done else (current.reason if current.receipt is not None else "")
     if rebuilt_because:
         log(f"{key}: rebuilding: {rebuilt_because}")
     with storage.staging() as folder:

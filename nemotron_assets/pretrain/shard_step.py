@@ -18,7 +18,7 @@ from nemotron_assets.formats.megatron import DType, dtype_for_vocab
 from nemotron_assets.layout import ShardKey, shard_prefix
 from nemotron_assets.pretrain.build import BackendMismatch, ShardStats, build_shard
 from nemotron_assets.pretrain.inputs import shard_inputs, tokenizer_identity
-from nemotron_assets.records import Receipt, SourceManifest, freshness, receipt_path, write_receipt
+from nemotron_assets.records import Receipt, SourceManifest, freshness, rebuild_reason, receipt_path, write_receipt
 from nemotron_assets.sources.manifest import iter_shard_texts, read_options
 from nemotron_assets.sources.prefetch import prefetch
 from nemotron_assets.sources.readers import ReadStats
@@ -51,9 +51,9 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
     prefix = shard_prefix(base or blend.name, key)
     inputs = shard_inputs(blend, manifest, key.index, tokenizer_identity(tokenizer.files, tokenizer.vocab_size))
     current = freshness(storage, prefix, inputs)
-    if current.done and not force:
+    rebuilt_because = rebuild_reason(current, force)
+    if rebuilt_because is None:
         return ShardOutcome(key, "up to date", current.receipt, time.monotonic() - started)
-    rebuilt_because = "forced" if current.done else (current.reason if current.receipt is not None else "")
     if rebuilt_because:
         log(f"{key}: rebuilding: {rebuilt_because}")
     dtype = shard_dtype(blend, tokenizer)
