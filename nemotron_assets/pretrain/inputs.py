@@ -21,7 +21,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from tokenizers import Tokenizer
+import orjson
 
 from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError
@@ -60,11 +60,17 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _vocab_size(path: str, sha256: str) -> int:
-    """Base + added tokens of a tokenizer.json (cached by content: reading Llama-3's takes a few tenths of a second)."""
+    """Base + added tokens of a tokenizer.json, counted as ``tokenizers`` counts them (distinct token strings of the
+    model's vocabulary and the added tokens), from the JSON alone: building the tokenizer to ask it would take a
+    second for Llama-3. Cached by content."""
     try:
-        return Tokenizer.from_file(path).get_vocab_size(with_added_tokens=True)
-    except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
+        spec = orjson.loads(Path(path).read_bytes())
+        vocab = spec["model"]["vocab"]
+        tokens = set(vocab) if isinstance(vocab, dict) else {piece[0] for piece in vocab}  # Unigram: [token, score]
+        tokens.update(added["content"] for added in spec.get("added_tokens") or [])
+    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError) as exc:
         raise InputError(f"not a valid tokenizer.json: {exc}", path=path, field="tokenizer_model") from None
+    return len(tokens)
 
 
 def shard_inputs(blend: Blend, manifest: SourceManifest, index: int, tokenizer: dict) -> dict:
