@@ -18,6 +18,8 @@ command line.
 """
 
 import argparse
+import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ ASSET_NAMES = ("source_split", "pretrain_shard", "megatron_blend", "harmony_shar
                "candidate_pool", "embedding_view", "behavior_report")
 SHARD_ASSETS = {"pretrain_shard": "pretrain", "harmony_shard": "harmony"}
 SKIPPED_ROWS_ASSETS = ("pretrain_shard", "harmony_shard")
+AUTO_PARALLEL_BYTES = 64 << 20  # below this much input, a step runs in this process: workers cost seconds to start
 
 
 class UsageError(Exception):
@@ -70,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     mat.add_argument("--tokenizer-backend", choices=("auto", "hf", "fastokens"), default="auto")
     mat.add_argument("--shards-per-run", type=int, default=None,
                      help="partitions per Dagster run (default: the asset's backfill policy, 16)")
+    mat.add_argument("--jobs", type=int, default=None,
+                     help="runs at the same time, each in its own worker process; 1 runs them one after the other "
+                          "in this process. Default: the number of cores for steps that read at least "
+                          f"{AUTO_PARALLEL_BYTES >> 20} MB (starting workers costs seconds), else 1")
     mat.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process",
                      help="in_process (default): each run in this process; multiprocess: Dagster's executor of the "
                           "UI, one process per step")
@@ -110,6 +117,8 @@ def materialize(args: argparse.Namespace) -> int:
         sample = sample_name(args.scale, args.max_rows)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if (args.jobs is not None and args.jobs < 1) or (args.shards_per_run is not None and args.shards_per_run < 1):
+        raise UsageError("--jobs and --shards-per-run must be at least 1")
     request = Request(blend_file, blend, _selection(args.select, args.partition), sample)
     request.dataset, request.shard = _partition_target(args.partition, blend)
     check_before_reading(blend, blend_file, [request.dataset] if request.dataset else None)
@@ -137,9 +146,11 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
     import dagster as dg
 
     from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, contiguous_ranges, sample_partitions_name
+    from nemotron_assets.runner import split_into_runs
 
     blend, sample = request.blend, request.sample
     scope = Scope(blend.name, samples=sample is not None)
+    store = _storage()
     keys = {name: dg.AssetKey(scope.key(name)) for name in ASSET_NAMES}
     run_config = _run_config(repo, keys, args, request.steps)
     tags = _run_tags(sample)
@@ -157,6 +168,14 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
                                             [scope.qualify(sample, name) for name in names])
         instance.add_dynamic_partitions(sample_partitions_name(blend.name, "blend"), [sample])
 
+    def jobs_for(step: str) -> int:
+        """--jobs, or by default every core for a step that reads enough input to pay for its workers."""
+        if args.jobs is not None:
+            return args.jobs
+        datasets = wanted[step] if step != "source_split" else []
+        planned = sum(_planned_bytes(store, scope.base(sample), d) for d in datasets)
+        return (os.cpu_count() or 1) if planned >= AUTO_PARALLEL_BYTES else 1
+
     def shard_runs(step: str) -> list[list[str]]:
         partitions_name = scope.shard_partitions_name(SHARD_ASSETS[step])
         known = instance.get_dynamic_partitions(partitions_name)
@@ -170,7 +189,12 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
                 and scope.split(k)[1].split("/")[0] in wanted[step]]
         if not mine:
             raise UsageError(f"no {step} partitions for {blend.name}: materialize its source_split first")
-        return list(contiguous_ranges(known, mine, args.shards_per_run or SHARDS_PER_RUN))
+        per_run = min(args.shards_per_run or SHARDS_PER_RUN, math.ceil(len(mine) / jobs_for(step)))  # one per worker
+        return list(contiguous_ranges(known, mine, per_run))
+
+    def split(step: str, keys: list[str]) -> list[list[str]]:
+        """One step's partitions in as many runs as it has workers, so they share them."""
+        return list(split_into_runs(keys, jobs_for(step), len(keys)))
 
     for step in request.steps:
         if not wanted[step]:
@@ -178,14 +202,15 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
         if step in SHARD_ASSETS:
             partition_runs = shard_runs(step)
         elif step in ("source_split", "harmony_dedup"):
-            partition_runs = [[scope.qualify(sample, d) for d in wanted[step]]]
+            partition_runs = split(step, [scope.qualify(sample, d) for d in wanted[step]])
         elif step in ("candidate_pool", "embedding_view"):
             from nemotron_assets.posttrain.pools import POOL_NAMES
 
-            partition_runs = [[scope.qualify(sample, pool) for pool in POOL_NAMES]]
+            partition_runs = split(step, [scope.qualify(sample, pool) for pool in POOL_NAMES])
         else:
             partition_runs = [[sample] if sample else None]
-        new = _execute_runs(origin, repo, instance, keys[step], step, partition_runs, run_config, tags, cluster)
+        new = _execute_runs(origin, repo, instance, keys[step], step, partition_runs, run_config, tags, cluster,
+                            jobs_for(step))
         request.outcomes.extend(new)
         if not all(o.success for o in new):
             break
@@ -211,10 +236,11 @@ def _summarize(request: Request, instance, started: float) -> int:
 
 
 def _execute_runs(origin, repo, instance, asset_key, asset: str, partition_runs: list[list[str] | None],
-                  run_config: dict, tags: dict, cluster: bool) -> list:
-    """One run per partition range (``None``: unpartitioned): executed here one after the other, or with
-    ``cluster`` all handed to the instance's run launcher (Ray) at once and waited for; each outcome printed."""
-    from nemotron_assets.runner import execute_assets
+                  run_config: dict, tags: dict, cluster: bool, jobs: int) -> list:
+    """One run per partition range (``None``: unpartitioned): with ``cluster`` all handed to the instance's run
+    launcher (Ray) at once and waited for; else up to ``jobs`` at a time in worker processes, or, for one run or
+    ``--jobs 1``, here one after the other. Each outcome is printed as it ends."""
+    from nemotron_assets.runner import execute_assets, execute_in_workers
 
     if cluster:
         from nemotron_assets.cluster import launch_assets, wait_for_runs
@@ -224,6 +250,10 @@ def _execute_runs(origin, repo, instance, asset_key, asset: str, partition_runs:
         print(f"launched {len(launched)} {asset} run(s) through {type(instance.run_launcher).__name__}",
               file=sys.stderr)
         outcomes = wait_for_runs(instance, launched, on_finished=lambda o: _report(o, asset))
+        return [o.for_asset(asset) for o in outcomes]
+    if jobs > 1 and len(partition_runs) > 1:
+        outcomes = execute_in_workers(asset_key, partition_runs, run_config, tags, min(jobs, len(partition_runs)),
+                                      on_finished=lambda o: _report(o, asset))
         return [o.for_asset(asset) for o in outcomes]
     from nemotron_assets.instance import PROCESS_TAG
     from nemotron_assets.processes import owner_token
@@ -235,6 +265,16 @@ def _execute_runs(origin, repo, instance, asset_key, asset: str, partition_runs:
         _report(outcome, asset)
         outcomes.append(outcome)
     return outcomes
+
+
+def _planned_bytes(store, base: str, dataset: str) -> int:
+    """Bytes of the files a dataset's current plan reads (0 without a plan)."""
+    from nemotron_assets.records import read_manifest
+
+    try:
+        return read_manifest(store, base, dataset).total_bytes
+    except (FileNotFoundError, ValueError):
+        return 0
 
 
 def _report(outcome, asset: str) -> None:

@@ -2,14 +2,22 @@
 
 Each run is executed against the instance in ``DAGSTER_HOME`` through a reconstructable job that points at
 ``nemotron_assets.definitions``, so runs show in the UI of ``dagster dev -w workspace.yaml`` and can be
-re-executed from there. A set of partitions becomes runs of contiguous partition-key ranges of at most
-``max_per_run`` keys (one run per shard would cost seconds of overhead each).
+re-executed from there. A set of partitions becomes runs of contiguous partition-key ranges.
+
+Independent runs (the shard ranges of one step) can run at the same time: ``execute_in_workers`` hands them to
+up to ``jobs`` worker processes, forked from a server that has the code location imported already, each executing
+one run at a time against the same instance. One process per run, not threads, because normalizing rows is Python
+code that holds the GIL. The outputs are the same bytes as one run after the other: each shard's bytes depend on
+its inputs only.
 """
 
+import math
+import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 import dagster as dg
@@ -82,3 +90,46 @@ def first_error(events) -> str:
         if event.is_run_failure and event.message:
             return event.message
     return "the run failed (see the run's logs in the Dagster UI)"
+
+
+def split_into_runs(keys: Sequence[str], jobs: int, max_per_run: int) -> Iterator[list[str]]:
+    """Contiguous runs of ``keys``, at most ``max_per_run`` each and, when there are enough keys, at least ``jobs``
+    of them, so every worker gets work."""
+    per_run = max(1, min(max_per_run, math.ceil(len(keys) / max(jobs, 1))))
+    for start in range(0, len(keys), per_run):
+        yield list(keys[start:start + per_run])
+
+
+def execute_in_workers(asset_key: dg.AssetKey, partition_runs: list[list[str] | None], run_config: dict, tags: dict,
+                       jobs: int, on_finished: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+    """Every run of ``partition_runs``, up to ``jobs`` at a time in worker processes; outcomes in the given order."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([DEFINITIONS_MODULE])
+    outcomes: dict[int, RunOutcome] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_run_in_worker, asset_key.path, partitions, run_config, tags): number
+                   for number, partitions in enumerate(partition_runs)}
+        for future in as_completed(futures):
+            number = futures[future]
+            try:
+                outcome = future.result()
+            except Exception as exc:  # noqa: BLE001 - the worker died or could not start the run: say so, go on
+                outcome = RunOutcome("(no run)", False, tuple(partition_runs[number] or ()),
+                                     f"the worker process failed before the run ended: {type(exc).__name__}: {exc}")
+            outcomes[number] = outcome
+            on_finished(outcome)
+    return [outcomes[number] for number in range(len(partition_runs))]
+
+
+_WORKER: dict = {}  # per worker process: the repository origin, its definition and the instance
+
+
+def _run_in_worker(asset_path: list[str], partitions: list[str] | None, run_config: dict, tags: dict) -> RunOutcome:
+    from nemotron_assets.instance import PROCESS_TAG
+    from nemotron_assets.processes import owner_token
+
+    if not _WORKER:
+        _WORKER["origin"], _WORKER["repo"] = load_repository()
+        _WORKER["instance"] = dg.DagsterInstance.get()
+    return execute_assets(_WORKER["origin"], _WORKER["repo"], _WORKER["instance"], [dg.AssetKey(asset_path)],
+                          partitions, run_config, {**tags, PROCESS_TAG: owner_token()})

@@ -91,17 +91,21 @@ def _outputs(root: Path) -> dict[str, bytes]:
     return files
 
 
-def test_builds_are_byte_identical_across_processes_hash_seeds_and_executors(tmp_path):
-    first = _env(tmp_path, "home_1", PYTHONHASHSEED="1")
-    _cli("materialize", "sample", env=first)  # in-process runs, as the CLI runs them
+def test_builds_are_byte_identical_across_processes_hash_seeds_executors_and_workers(tmp_path):
     data = tmp_path / "data"
-    kept = tmp_path / "first_build"
-    shutil.move(data, kept)
-
-    second = _env(tmp_path, "home_2", PYTHONHASHSEED="2")
-    _cli("materialize", "sample", "--executor", "multiprocess", env=second)  # the UI's executor: step processes
-    a, b = _outputs(kept), _outputs(data)
-    assert sorted(a) == sorted(b)
+    builds = {}
+    for name, seed, options in (("in_process", "1", []),  # the CLI's default: each run in its own process
+                                ("multiprocess", "2", ["--executor", "multiprocess"]),  # the UI's executor
+                                ("two_workers", "3", ["--jobs", "2"])):  # runs at the same time in two workers
+        env = _env(tmp_path, f"home_{name}", PYTHONHASHSEED=seed)
+        for blend in ("sample", "posttrain_sample"):
+            _cli("materialize", blend, *options, env=env)
+        builds[name] = _outputs(data)
+        shutil.move(data, tmp_path / f"build_{name}")
+    first = builds["in_process"]
     assert {"sample/sources/wiki/manifest.json", "sample/pretrain/data_path.txt", "sample/pretrain/blend.json",
-            "sample/pretrain/wiki/shard_00002.bin"} <= set(a)
-    assert [name for name in a if a[name] != b[name]] == []
+            "sample/pretrain/wiki/shard_00002.bin", "posttrain_sample/harmony/nemotron_agentic/shard_00000.parquet",
+            "posttrain_sample/pools/tool_use/part-00000.parquet"} <= set(first)
+    for name, files in builds.items():
+        assert sorted(files) == sorted(first), name
+        assert [path for path in first if files[path] != first[path]] == [], name
