@@ -10,9 +10,13 @@
   that is not up to date by the one definition ``status`` and ``materialize`` use (records.py: missing, stale
   or failed), except those a run is building now. Runs cover at most ``SHARDS_PER_RUN`` contiguous partitions,
   like the CLI and the backfill policy, because a run per shard costs seconds of overhead. It is written by
-  hand because ``build_schedule_from_partitioned_job`` rejects dynamic partitions.
+  hand because ``build_schedule_from_partitioned_job`` rejects dynamic partitions. A blend with Harmony
+  datasets gets the same schedule for its Harmony shards, ``<blend>__nightly_missing_harmony_shards``.
+- Sensor ``<blend>__post_training_automation`` (off until turned on) evaluates the eager automation condition
+  of the dedup results, pools, embedding views and behavior report: once their upstream shards were
+  rebuilt, it requests them, and each step rebuilds only what its receipts call stale.
 
-Both only read listings and the instance; the runs do the work.
+All of them only read listings and the instance; the runs do the work.
 """
 
 import hashlib
@@ -26,6 +30,7 @@ import dagster as dg
 # requested by these two tags, as `dagster asset materialize --partition-range` does).
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
+from nemotron_assets.assets.harmony import HarmonyAssets
 from nemotron_assets.assets.pretrain import PretrainAssets
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
@@ -36,7 +41,7 @@ from nemotron_assets.records import SourceManifest, read_manifest
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.run_history import partition_statuses
 from nemotron_assets.sources.discovery import resolve_files
-from nemotron_assets.status import shard_freshness
+from nemotron_assets.status import HARMONY, PRETRAIN, ShardKind, harmony_freshness, shard_freshness
 from nemotron_assets.storage import Storage
 
 NIGHTLY_CRON = "0 2 * * *"
@@ -75,11 +80,12 @@ def new_source_files_sensor(blend: Blend, blend_file: Path, pipeline: PretrainAs
     return sensor
 
 
-def shards_to_build(instance: dg.DagsterInstance, store: Storage, blend: Blend, pipeline: PretrainAssets,
+def shards_to_build(instance: dg.DagsterInstance, store: Storage, blend: Blend, kind: ShardKind,
+                    shard_asset: dg.AssetsDefinition, partitions: dg.DynamicPartitionsDefinition,
                     keys: list[str]) -> list[str]:
     """The ``keys`` whose shard is not up to date (or has no plan), leaving out those being built now."""
-    statuses = partition_statuses(instance, pipeline.pretrain_shard.key, pipeline.shard_partitions, keys)
-    tokenizer = blend_tokenizer_identity(blend)
+    statuses = partition_statuses(instance, shard_asset.key, partitions, keys)
+    tokenizer = blend_tokenizer_identity(blend) if kind is PRETRAIN else None
     manifests: dict[str, SourceManifest | None] = {}
     wanted = []
     for key in keys:
@@ -92,38 +98,68 @@ def shards_to_build(instance: dg.DagsterInstance, store: Storage, blend: Blend, 
             except (FileNotFoundError, ValueError):
                 manifests[shard.dataset] = None
         manifest = manifests[shard.dataset]
-        planned = manifest is not None and shard.index < len(manifest.shards)
-        if not planned or not shard_freshness(store, blend, blend.name, manifest, shard.index, tokenizer).done:
+        if manifest is None or shard.index >= len(manifest.shards):
+            wanted.append(key)
+            continue
+        state = (shard_freshness(store, blend, blend.name, manifest, shard.index, tokenizer) if kind is PRETRAIN
+                 else harmony_freshness(store, blend, blend.name, manifest, shard.index))
+        if not state.done:
             wanted.append(key)
     return wanted
 
 
-def nightly_missing_shards_schedule(blend: Blend, pipeline: PretrainAssets) -> dg.ScheduleDefinition:
-    shard_asset = pipeline.pretrain_shard.key
+def nightly_missing_shards_schedule(blend: Blend, kind: ShardKind, shard_asset: dg.AssetsDefinition,
+                                    partitions: dg.DynamicPartitionsDefinition) -> dg.ScheduleDefinition:
+    """Pretraining shards: ``<blend>__nightly_missing_shards``; Harmony shards:
+    ``<blend>__nightly_missing_harmony_shards``."""
+    suffix = "nightly_missing_shards" if kind is PRETRAIN else "nightly_missing_harmony_shards"
+    name = f"{blend.name}__{suffix}"
 
-    @dg.schedule(cron_schedule=NIGHTLY_CRON, name=f"{blend.name}__nightly_missing_shards",
-                 target=pipeline.pretrain_shard, default_status=dg.DefaultScheduleStatus.STOPPED,
-                 description=f"Builds the shards of {blend.name} that are missing, failed or stale, "
+    @dg.schedule(cron_schedule=NIGHTLY_CRON, name=name, target=shard_asset,
+                 default_status=dg.DefaultScheduleStatus.STOPPED,
+                 description=f"Builds the {kind.path} shards of {blend.name} that are missing, failed or stale, "
                              f"{SHARDS_PER_RUN} contiguous partitions per run.")
     def schedule(context: dg.ScheduleEvaluationContext, storage: StorageResource):
-        keys = context.instance.get_dynamic_partitions(pipeline.shard_partitions.name)
+        keys = context.instance.get_dynamic_partitions(partitions.name)
         try:
-            wanted = shards_to_build(context.instance, storage.get(), blend, pipeline, keys)
+            wanted = shards_to_build(context.instance, storage.get(), blend, kind, shard_asset, partitions, keys)
         except InputError as exc:
             return dg.SkipReason(f"{blend.name}: {exc}")
         if not wanted:
             return dg.SkipReason(f"all {len(keys)} shard partition(s) of {blend.name} are up to date")
-        return [dg.RunRequest(run_key=f"{run[0]}...{run[-1]}", asset_selection=[shard_asset],
+        return [dg.RunRequest(run_key=f"{run[0]}...{run[-1]}", asset_selection=[shard_asset.key],
                               tags={ASSET_PARTITION_RANGE_START_TAG: run[0], ASSET_PARTITION_RANGE_END_TAG: run[-1]})
                 for run in contiguous_ranges(keys, wanted, SHARDS_PER_RUN)]
 
     return schedule
 
 
-def blend_automation(blends: list[tuple[Path, Blend]], pipelines: dict[str, PretrainAssets]
-                     ) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
-    """The sensor and the schedule of every blend, for ``Definitions(sensors=..., schedules=...)``."""
-    sensors = [new_source_files_sensor(blend, path, pipelines[blend.name]) for path, blend in blends]
-    schedules = [nightly_missing_shards_schedule(blend, pipelines[blend.name]) for _, blend in blends
-                 if pipelines[blend.name].has_text_datasets]
+def post_training_automation_sensor(blend: Blend, harmony: HarmonyAssets) -> dg.AutomationConditionSensorDefinition:
+    """Evaluates the post-training assets' ``AutomationCondition`` (rebuild once inputs changed); stopped by
+    default, so nothing runs by itself until you start it (UI: Automation, or ``dagster sensor start``)."""
+    return dg.AutomationConditionSensorDefinition(
+        f"{blend.name}__post_training_automation", target=harmony.rebuilt_when_inputs_change,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=f"Rebuilds {blend.name}'s dedup results, pools, views and behavior report after their inputs "
+                    "changed (each step finds what is still up to date).")
+
+
+def blend_automation(
+        blends: list[tuple[Path, Blend]], pipelines: dict[str, PretrainAssets], harmony: dict[str, HarmonyAssets],
+) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
+    """The sensors and schedules of every blend, for ``Definitions(sensors=..., schedules=...)``: the new-files
+    sensor, a nightly schedule per kind of shards the blend has, and the post-training automation sensor."""
+    sensors: list[dg.SensorDefinition] = [new_source_files_sensor(blend, path, pipelines[blend.name])
+                                          for path, blend in blends]
+    schedules = []
+    for _, blend in blends:
+        pipeline = pipelines[blend.name]
+        if pipeline.has_text_datasets:
+            schedules.append(nightly_missing_shards_schedule(blend, PRETRAIN, pipeline.pretrain_shard,
+                                                             pipeline.shard_partitions))
+        if blend.name in harmony:
+            assets = harmony[blend.name]
+            schedules.append(nightly_missing_shards_schedule(blend, HARMONY, assets.harmony_shard,
+                                                             assets.shard_partitions))
+            sensors.append(post_training_automation_sensor(blend, assets))
     return sensors, schedules

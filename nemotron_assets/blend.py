@@ -128,6 +128,9 @@ class Blend(BaseModel):
     max_doc_tokens: int | None = Field(None, ge=1, description="Truncate documents; the EOD stays last.")
     dtype: Literal["uint16", "int32"] | None = Field(None, description="Override Megatron's dtype rule.")
     on_error: Literal["raise", "skip"] = Field("raise", description="Bad rows: fail, or count and skip.")
+    dedup: Literal["per_dataset", "across_datasets"] = Field(
+        "per_dataset", description="Post-training rows repeating an earlier row's text: within each dataset, or "
+        "also across datasets (the first occurrence in blend order wins).")
     relative_prefixes: bool = Field(
         False, description="blend.json/data_path.txt prefixes relative to their own folder instead of absolute "
         "paths or s3:// URLs (Megatron resolves them against the trainer's working directory).")

@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
                           "<root>/<blend>/samples/<scale>/; full (default) is the real build")
     mat.add_argument("--max-rows", type=int, default=None,
                      help="build a sample of the first N rows of each dataset under <root>/<blend>/samples/rows_N/")
-    mat.add_argument("--force", action="store_true", help="rebuild shards that are already up to date")
+    mat.add_argument("--force", action="store_true", help="rebuild outputs that are already up to date")
     mat.add_argument("--tokenizer-backend", choices=("auto", "hf", "fastokens"), default="auto")
     mat.add_argument("--shards-per-run", type=int, default=None,
                      help="partitions per Dagster run (default: the asset's backfill policy, 16)")
@@ -333,7 +333,9 @@ def _partition_target(partition: str | None, blend) -> tuple[str | None, str | N
 def _run_config(repo, keys: dict, args: argparse.Namespace, steps: list[str]) -> dict:
     """Config of the steps this command runs (an asset the blend does not have is left out)."""
     step_config = {"pretrain_shard": {"force": args.force, "tokenizer_backend": args.tokenizer_backend},
-                   "megatron_blend": {"allow_missing_shards": False}, "harmony_shard": {"force": args.force}}
+                   "megatron_blend": {"allow_missing_shards": False}}
+    step_config.update({step: {"force": args.force} for step in ("harmony_shard", "harmony_dedup", "candidate_pool",
+                                                                 "embedding_view", "behavior_report")})
     ops = {repo.assets_defs_by_key[keys[step]].op.name: {"config": config} for step, config in step_config.items()
            if step in steps and keys[step] in repo.assets_defs_by_key}
     config = {"ops": ops, "execution": {"config": {args.executor: {}}}}

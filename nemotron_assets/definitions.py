@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from nemotron_assets import settings
-from nemotron_assets.assets.harmony import build_harmony_assets
+from nemotron_assets.assets.harmony import HarmonyAssets, build_harmony_assets
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
 from nemotron_assets.automation import blend_automation
 from nemotron_assets.blend import BrokenBlend, load_blend_folder
@@ -35,16 +35,20 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
     settings.deployment()  # refuses an unknown NEMOTRON_DEPLOYMENT with a clear message
     folder = load_blend_folder(blends_dir or settings.blends_dir())
     pipelines: dict[str, PretrainAssets] = {}
+    harmony: dict[str, HarmonyAssets] = {}
     assets: list = []
     for path, blend in folder.blends:
         for scope in (Scope(blend.name), Scope(blend.name, samples=True)):
             pipeline = build_pretrain_assets(blend, path, scope)
             assets += pipeline.definitions  # the source split; the Megatron shards if the blend has text datasets
             if any(e.family for e in blend.entries()):
-                assets += build_harmony_assets(blend, pipeline.source_split, scope).definitions
+                post_training = build_harmony_assets(blend, pipeline.source_split, scope)
+                assets += post_training.definitions
+                if not scope.samples:
+                    harmony[blend.name] = post_training
             if not scope.samples:
                 pipelines[blend.name] = pipeline
-    sensors, schedules = blend_automation(folder.blends, pipelines)
+    sensors, schedules = blend_automation(folder.blends, pipelines, harmony)
     storage = StorageResource.from_environment(data_root or settings.data_root())
     return dg.Definitions(
         assets=assets + [broken_blend_asset(bad) for bad in folder.broken],

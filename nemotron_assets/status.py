@@ -39,6 +39,7 @@ from nemotron_assets.partitions import (
     sample_partitions_name,
 )
 from nemotron_assets.posttrain import harmony_step
+from nemotron_assets.posttrain.downstream import downstream_states
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity, shard_inputs
 from nemotron_assets.records import Freshness, Receipt, SourceManifest, State, freshness, read_manifest
 from nemotron_assets.run_history import PartitionHistory, partition_history
@@ -132,6 +133,17 @@ class DatasetStatus:
 
 
 @dataclass
+class OutputStatus:
+    """One output after the Harmony shards: a dataset's dedup, a pool, a view of a pool, the report."""
+
+    asset: str
+    key: str
+    state: str  # done, stale or missing
+    reason: str = ""
+    rows: int = 0
+
+
+@dataclass
 class SampleStatus:
     sample: str
     datasets: list[DatasetStatus]
@@ -145,6 +157,7 @@ class BlendStatus:
     blend_json: str
     blend_json_exists: bool
     samples: list[SampleStatus] = field(default_factory=list)
+    outputs: list[OutputStatus] = field(default_factory=list)  # dedup, pools, views, report (post-training)
     error: str = ""  # the blend file (or its tokenizer) cannot be used: nothing else could be checked
 
     def total(self, name: str) -> int:
@@ -207,6 +220,10 @@ def collect_status(instance: dg.DagsterInstance, store: Storage, blend: Blend) -
             report.error = str(exc)
             return report
     report.datasets = _statuses(instance, store, blend, None, tokenizer)
+    if HARMONY.entries(blend):
+        report.outputs = [OutputStatus(o.asset, o.key, o.freshness.state.value, o.freshness.reason,
+                                       int(o.freshness.receipt.stats.get("rows", 0)) if o.freshness.done else 0)
+                          for o in downstream_states(store, blend, blend.name)]
     for sample in sample_names(store, blend.name):
         base = base_dir(blend.name, sample)
         report.samples.append(SampleStatus(sample, _statuses(instance, store, blend, sample, tokenizer),
@@ -266,6 +283,9 @@ def format_status(report: BlendStatus) -> str:
         for d in datasets:
             lines.append(f"  {d.dataset}: {d.note or d.outputs}")
             lines += _not_done(d, "    ")
+    if report.outputs:
+        lines.append("  Post-training outputs:")
+        lines += _outputs_table(report.outputs)
     for sample in report.samples:
         done, planned = _total(sample.datasets, "done"), _total(sample.datasets, "planned")
         lines.append(f"  sample {sample.sample}: {done}/{planned} shard(s) done"
@@ -286,6 +306,21 @@ def _table(datasets: list[DatasetStatus], columns: tuple[str, ...]) -> list[str]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return ["  " + "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
             for row in cells]
+
+
+def _outputs_table(outputs: list[OutputStatus]) -> list[str]:
+    lines = []
+    for asset in dict.fromkeys(o.asset for o in outputs):
+        mine = [o for o in outputs if o.asset == asset]
+        done = [o for o in mine if o.state == "done"]
+        lines.append(f"  {asset:<16} {len(done)}/{len(mine)} done, {sum(o.rows for o in done):,} rows")
+        for state in ("stale", "missing"):
+            keys = [o for o in mine if o.state == state]
+            if keys:
+                more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
+                lines.append(f"    {state}: {', '.join(o.key or asset for o in keys[:SHOWN_KEYS])}{more} "
+                             f"({keys[0].reason})")
+    return lines
 
 
 def _not_done(d: DatasetStatus, indent: str) -> list[str]:

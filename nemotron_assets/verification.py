@@ -1,4 +1,4 @@
-"""Whether a blend's pretraining outputs are intact and current: the ``verify`` command.
+"""Whether a blend's outputs are intact and current: the ``verify`` command.
 
 For every planned shard: the one up-to-date test (records.py ``freshness``, here hashing every file, whatever
 its stamp), the shard checks (pretrain/shard_checks.py: ``.idx``/``.bin`` structure, token ids below the
@@ -10,17 +10,29 @@ names one file and says why. Staging folders are not outputs and are never looke
 import json
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError, NotReady
-from nemotron_assets.layout import ShardKey, pretrain_dir, shard_prefix
+from nemotron_assets.layout import ShardKey, harmony_shard_prefix, pretrain_dir, shard_prefix
 from nemotron_assets.partitions import pretrain_partitions_name
+from nemotron_assets.posttrain.downstream import downstream_states
+from nemotron_assets.posttrain.harmony_shard import SCHEMA as HARMONY_SCHEMA
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
 from nemotron_assets.pretrain.shard_checks import check_shard
 from nemotron_assets.records import SourceManifest, State, receipt_path
 from nemotron_assets.run_history import partition_history
-from nemotron_assets.status import PRETRAIN_SHARD, Problem, planned_shards, read_plans, shard_freshness
+from nemotron_assets.status import (
+    HARMONY,
+    PRETRAIN_SHARD,
+    Problem,
+    harmony_freshness,
+    planned_shards,
+    read_plans,
+    shard_freshness,
+)
 from nemotron_assets.storage import Storage
 
 
@@ -108,7 +120,12 @@ def verify_blend_files(store: Storage, blend: Blend, plans: dict[str, SourceMani
 
 
 def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
-    """Every problem of the full build of ``blend``'s pretraining outputs (samples are not verified)."""
+    """Every problem of the full build of ``blend`` (samples are not verified): its pretraining shards and
+    blend.json, its Harmony shards and what was built from them."""
+    return pretrain_problems(instance, store, blend) + harmony_problems(store, blend)
+
+
+def pretrain_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
     plans = read_plans(store, blend)
     if not plans:
         return []  # no pretraining datasets: there is no blend.json to check
@@ -124,6 +141,51 @@ def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend)
         recorded = history.metadata.get(str(ShardKey(manifest.dataset, index)))
         problems.extend(verify_shard_files(store, blend, manifest, index, tokenizer, recorded))
     return problems + verify_blend_files(store, blend, plans, tokenizer)
+
+
+def harmony_problems(store: Storage, blend: Blend) -> list[Problem]:
+    """Each Harmony shard hashed against its receipt, its schema and row count checked; then the dedup results,
+    pools, views and report by the same definition, and their row counts."""
+    plans = read_plans(store, blend, kind=HARMONY)
+    if not plans:
+        return []
+    problems = [plan for plan in plans.values() if isinstance(plan, Problem)]
+    for manifest, index in planned_shards(plans):
+        key = ShardKey(manifest.dataset, index)
+        prefix = harmony_shard_prefix(blend.name, key)
+        state = harmony_freshness(store, blend, blend.name, manifest, index, read_content=True)
+        if not state.done:
+            rerun = f"re-materialize {blend.name}/harmony_shard partition '{key}'"
+            problems.append(Problem(store.url(f"{prefix}.parquet"), f"{state.state.value}: {state.reason}: {rerun}"))
+            continue
+        problems += _parquet_problems(store, f"{prefix}.parquet", state.receipt.stats["records"], HARMONY_SCHEMA)
+    if problems:
+        return problems  # what is built from the shards cannot be judged until they are right
+    for output in downstream_states(store, blend, blend.name, read_content=True):
+        suffix = ".md" if output.asset == "behavior_report" else ".parquet"
+        url = store.url(output.prefix + suffix)
+        what = f"{blend.name}/{output.asset}" + (f" partition '{output.key}'" if output.key else "")
+        if not output.freshness.done:
+            problems.append(Problem(url, f"{output.freshness.state.value}: {output.freshness.reason}: "
+                                         f"re-materialize {what}"))
+        elif suffix == ".parquet" and "rows" in output.freshness.receipt.stats and output.asset != "harmony_dedup":
+            problems += _parquet_problems(store, output.prefix + suffix, output.freshness.receipt.stats["rows"])
+    return problems
+
+
+def _parquet_problems(store: Storage, relative: str, rows: int, schema: pa.Schema | None = None) -> list[Problem]:
+    """The file's row count (and schema) against what its receipt records."""
+    with store.open(relative) as stream:
+        metadata = pq.ParquetFile(stream).metadata
+        found_schema = metadata.schema.to_arrow_schema()
+    problems = []
+    if metadata.num_rows != rows:
+        problems.append(Problem(store.url(relative), f"holds {metadata.num_rows:,} rows, its receipt says {rows:,}"))
+    if schema is not None and not found_schema.equals(schema):
+        missing = sorted(set(schema.names) - set(found_schema.names))
+        problems.append(Problem(store.url(relative), f"its columns are not the normalized schema (missing: "
+                                                     f"{', '.join(missing) or 'none'}; other types or order)"))
+    return problems
 
 
 def _locate(issue: str, default: str, urls, check: str) -> Problem:

@@ -158,3 +158,57 @@ def test_every_blend_gets_a_sensor_and_a_stopped_nightly_schedule(sample_blends,
     assert schedule.cron_schedule == "0 2 * * *"
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert repository.get_sensor_def(SENSOR).default_status == dg.DefaultSensorStatus.STOPPED
+
+
+POSTTRAIN_SCHEDULE = "posttrain_sample__nightly_missing_harmony_shards"
+POSTTRAIN_SENSOR = "posttrain_sample__post_training_automation"
+
+
+def _harmony_pipeline(blends: Path, root: Path, instance: dg.DagsterInstance):
+    from nemotron_assets_tests.assets.test_harmony_assets import Pipeline
+
+    return Pipeline(blends / "posttrain_sample.yaml", root, instance)
+
+
+def test_harmony_schedule_requests_unbuilt_harmony_shards_then_skips(sample_blends, tmp_path, instance):
+    defs = _definitions(sample_blends, tmp_path)
+    pipeline = _harmony_pipeline(sample_blends, tmp_path / "data", instance)
+    pipeline.run(pipeline.source_split, [e.name for e in pipeline.blend.entries()])
+    keys = pipeline.shard_keys()
+    repository = defs.get_repository_def()
+    with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
+        result = repository.get_schedule_def(POSTTRAIN_SCHEDULE).evaluate_tick(context)
+    assert [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
+            for r in result.run_requests] == [(keys[0], keys[-1])]
+    assert result.run_requests[0].asset_selection == [dg.AssetKey(["posttrain_sample", "harmony_shard"])]
+
+    pipeline.run(pipeline.harmony.harmony_shard, keys)
+    with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
+        result = repository.get_schedule_def(POSTTRAIN_SCHEDULE).evaluate_tick(context)
+    assert result.skip_message.startswith(f"all {len(keys)} shard")
+
+
+def test_post_training_automation_is_stopped_and_requests_what_follows_rebuilt_shards(sample_blends, tmp_path,
+                                                                                        instance):
+    defs = _definitions(sample_blends, tmp_path)
+    repository = defs.get_repository_def()
+    sensor = repository.get_sensor_def(POSTTRAIN_SENSOR)
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert repository.get_schedule_def(POSTTRAIN_SCHEDULE).default_status == dg.DefaultScheduleStatus.STOPPED
+    with pytest.raises(dg.DagsterInvariantViolationError):  # a blend without Harmony datasets has none
+        repository.get_sensor_def("sample__post_training_automation")
+
+    pipeline = _harmony_pipeline(sample_blends, tmp_path / "data", instance)
+    pipeline.all()
+    downstream = dg.AssetSelection.assets(*pipeline.harmony.rebuilt_when_inputs_change)
+    quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream)
+    # Eager conditions look at what changed since the last evaluation: right after a full build, nothing.
+    quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream,
+                                              cursor=quiet.cursor)
+    assert quiet.total_requested == 0
+
+    pipeline.run(pipeline.harmony.harmony_shard, [pipeline.shard_keys()[0]])  # one shard rebuilt
+    after = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream,
+                                              cursor=quiet.cursor)
+    dedup = dg.AssetKey(["posttrain_sample", "harmony_dedup"])
+    assert after.get_requested_partitions(dedup) == set(pipeline.harmony.family_partitions.get_partition_keys())

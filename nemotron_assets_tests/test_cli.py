@@ -122,3 +122,37 @@ def test_dagster_cli_partition_range_backfills_single_run_assets_and_refuses_mul
                     "--select", "sample/pretrain_shard", "--partition-range", "wiki/shard_00000...code/shard_00000"],
                    cli_env)
     assert refused.returncode != 0 and "BackfillPolicy.single_run()" in refused.stderr
+
+
+def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_env, tmp_path):
+    blends = tmp_path / "blends"
+    shutil.copytree(REPO / "blends", blends)
+    env = dict(cli_env, NEMOTRON_BLENDS_DIR=str(blends))
+    first = _run(["-m", "nemotron_assets", "materialize", "posttrain_sample"], env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    status = json.loads(_run(["-m", "nemotron_assets", "status", "posttrain_sample", "--json"], env).stdout)
+    assert {o["state"] for o in status["blends"][0]["outputs"]} == {"done"}
+
+    text = blends / "sample_data" / "posttrain" / "text.jsonl"
+    text.write_text(text.read_text().replace("e", "E", 1))  # one changed character in one dataset
+    _run(["-m", "nemotron_assets", "materialize", "posttrain_sample", "--select", "source_split"], env)
+    report = json.loads(_run(["-m", "nemotron_assets", "status", "posttrain_sample", "--json"], env).stdout)
+    datasets = {d["dataset"]: d for d in report["blends"][0]["datasets"]}
+    assert list(datasets["text"]["stale"]) == ["text/shard_00000"]
+    assert all(d["done"] == d["planned"] for name, d in datasets.items() if name != "text")
+    outputs = {(o["asset"], o["key"]): o["state"] for o in report["blends"][0]["outputs"]}
+    assert outputs[("harmony_dedup", "text")] == "stale"
+    assert all(state == "done" for (asset, key), state in outputs.items() if asset == "harmony_dedup" and key != "text")
+    assert all(state == "stale" for (asset, _), state in outputs.items() if asset != "harmony_dedup")
+    verify = _run(["-m", "nemotron_assets", "verify", "posttrain_sample"], env)
+    assert verify.returncode == 1
+    assert f"{tmp_path / 'data' / 'posttrain_sample' / 'harmony' / 'text' / 'shard_00000.parquet'}: stale: " \
+           "built with source=" in verify.stdout
+
+    again = _run(["-m", "nemotron_assets", "materialize", "posttrain_sample"], env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rebuilt = [line.split(": ")[1].split()[0] for line in again.stderr.splitlines() if ": rebuilding: " in line]
+    assert rebuilt == ["text/shard_00000"]  # the one shard whose source changed; its dedup and the pools follow
+    up_to_date = [line for line in again.stderr.splitlines() if ": up to date, " in line]
+    assert len(up_to_date) == 2 * 10  # the other ten shards and their ten dedup results
+    assert _run(["-m", "nemotron_assets", "verify", "posttrain_sample"], env).returncode == 0

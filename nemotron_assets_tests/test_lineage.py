@@ -12,7 +12,7 @@ from nemotron_assets.resources.wandb_lineage import WandbLineage
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for
 
 try:
-    import wandb  # noqa: F401 - the tests drive it through the resource
+    import wandb
 except ImportError:  # fail, never skip: `make setup` installs the extra, so a missing one is a broken install
     pytest.fail("wandb is missing: the 'lineage' extra is not installed (pip install -e '.[lineage]')",
                 pytrace=False)
@@ -69,26 +69,46 @@ def offline_wandb(tmp_path, monkeypatch):
     return folder
 
 
+WANDB_OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true"}
+
+
+def _build_with_lineage(tmp, build) -> tuple:
+    """``build(root, lineage)`` with W&B offline into ``tmp/wandb``; (data root, wandb dir)."""
+    folder = tmp / "wandb"
+    folder.mkdir()
+    env = {**WANDB_OFFLINE, "WANDB_DIR": str(folder), "WANDB_CACHE_DIR": str(folder / "cache"),
+           "WANDB_CONFIG_DIR": str(folder / "config"), "WANDB_DATA_DIR": str(folder / "data")}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.delenv("WANDB_API_KEY", raising=False)
+        build(tmp / "data", WandbLineage(enabled=True, project="lineage-test", mode="offline"))
+    wandb.teardown()  # wandb keeps its settings (WANDB_DIR) process-wide until torn down
+    return tmp / "data", folder
+
+
 @pytest.fixture(scope="module")
 def sample_lineage(tmp_path_factory):
     """The sample blend materialized once with lineage on (offline); (data root, wandb dir)."""
     from nemotron_assets_tests.conftest import REPO
 
-    tmp = tmp_path_factory.mktemp("lineage")
-    folder = tmp / "wandb"
-    folder.mkdir()
-    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(folder),
-           "WANDB_CACHE_DIR": str(folder / "cache"), "WANDB_CONFIG_DIR": str(folder / "config"),
-           "WANDB_DATA_DIR": str(folder / "data"), "WANDB_DISABLE_GIT": "true"}
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        patch.delenv("WANDB_API_KEY", raising=False)
+    def build(root, lineage):
         _, pipeline = pipeline_for(REPO / "blends" / "sample.yaml")
-        root = str(tmp / "data")
-        materialize_all(pipeline, root, dg.DagsterInstance.ephemeral(),
-                        lineage=WandbLineage(enabled=True, project="lineage-test", mode="offline"))
-    return tmp / "data", folder
+        materialize_all(pipeline, str(root), dg.DagsterInstance.ephemeral(), lineage=lineage)
+
+    return _build_with_lineage(tmp_path_factory.mktemp("lineage"), build)
+
+
+@pytest.fixture(scope="module")
+def posttrain_lineage(tmp_path_factory):
+    """The post-training sample materialized once with lineage on (offline)."""
+    from nemotron_assets_tests.assets.test_harmony_assets import SAMPLE, Pipeline
+
+    def build(root, lineage):
+        with dg.instance_for_test() as instance:
+            Pipeline(SAMPLE, root, instance, lineage=lineage).all()
+
+    return _build_with_lineage(tmp_path_factory.mktemp("posttrain_lineage"), build)
 
 
 def entries(artifact) -> dict[str, str]:
@@ -162,3 +182,46 @@ def test_lineage_is_enabled_by_environment(monkeypatch):
     assert WandbLineage.from_environment().enabled
     monkeypatch.delenv("NEMOTRON_WANDB")
     assert not WandbLineage.from_environment().enabled
+
+
+def test_harmony_shard_run_logs_one_harmony_artifact_per_dataset(posttrain_lineage):
+    root, folder = posttrain_lineage
+    runs = offline_runs(folder)
+    assert sorted(runs) == ["candidate_pool", "harmony_shard"]
+    [artifacts] = runs["harmony_shard"]
+    from nemotron_assets.blend import load_blend
+    from nemotron_assets_tests.assets.test_harmony_assets import SAMPLE
+
+    datasets = [e.name for e in load_blend(SAMPLE).entries()]
+    used = {a.name for a in artifacts if a.use_after_commit}
+    logged = {a.name: a for a in artifacts if not a.use_after_commit}
+    assert used == {f"posttrain_sample-{d}-source" for d in datasets}
+    assert sorted(logged) == sorted(f"posttrain_sample-{d}-harmony" for d in datasets)
+    math = logged["posttrain_sample-nemotron_math_v2-harmony"]
+    assert math.type == "harmony-shards"
+    receipt = json.loads((root / "posttrain_sample/harmony/nemotron_math_v2/shard_00000.json").read_bytes())
+    metadata = json.loads(math.metadata)
+    assert metadata["shards"]["nemotron_math_v2/shard_00000"]["sha256"] == receipt["files"][".parquet"]["sha256"]
+    assert metadata["records"] == receipt["stats"]["records"]
+    assert entries(math) == {f"posttrain_sample/harmony/nemotron_math_v2/shard_00000{ext}":
+                             f"file://{root}/posttrain_sample/harmony/nemotron_math_v2/shard_00000{ext}"
+                             for ext in (".json", ".parquet")}
+
+
+def test_pool_run_uses_the_harmony_artifacts_and_logs_every_pool(posttrain_lineage):
+    root, folder = posttrain_lineage
+    runs = offline_runs(folder)
+    produced = {a.name: a.digest for a in runs["harmony_shard"][0] if a.type == "harmony-shards"}
+    [artifacts] = runs["candidate_pool"]
+    assert {a.name: a.digest for a in artifacts if a.use_after_commit} == produced
+    pools = {a.name: a for a in artifacts if not a.use_after_commit}
+    from nemotron_assets.posttrain.pools import POOL_NAMES
+
+    assert sorted(pools) == sorted(f"posttrain_sample-pool-{pool}" for pool in POOL_NAMES)
+    tool_use = pools["posttrain_sample-pool-tool_use"]
+    assert tool_use.type == "candidate-pool"
+    manifest = json.loads((root / "posttrain_sample/pools/tool_use/manifest.json").read_bytes())
+    assert json.loads(tool_use.metadata)["rows"] == manifest["rows"] > 0
+    folder_url = f"file://{root}/posttrain_sample/pools/tool_use"
+    assert sorted(entries(tool_use).values()) == [f"{folder_url}/{name}" for name in
+                                                  ("manifest.json", "part-00000.json", "part-00000.parquet")]

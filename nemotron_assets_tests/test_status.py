@@ -299,4 +299,6 @@ def test_a_post_training_blend_has_harmony_shards_and_no_megatron_blend(monkeypa
     assert main(["status", "posttrain_sample"]) == 0
     out = capsys.readouterr().out
     assert "Harmony shards:" in out and "Megatron shards:" not in out and "blend.json" not in out
-    assert main(["verify", "posttrain_sample"]) == 0
+    assert main(["verify", "posttrain_sample"]) == 1  # nothing built yet: each dataset says what to run
+    out = capsys.readouterr().out
+    assert "materialize posttrain_sample/source_split partition 'text'" in out and "blend.json" not in out

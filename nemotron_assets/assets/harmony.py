@@ -27,26 +27,34 @@ from nemotron_assets.assets.reporting import (
 from nemotron_assets.blend import Blend
 from nemotron_assets.layout import ShardKey, harmony_shard_path, harmony_shard_prefix, pool_dir
 from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, harmony_partitions_name
-from nemotron_assets.posttrain.behavior_report import write_behavior_report
-from nemotron_assets.posttrain.dedup import dedup_dataset, repeated_ids
-from nemotron_assets.posttrain.embedding import write_views
+from nemotron_assets.posttrain.dedup import repeated_ids
+from nemotron_assets.posttrain.downstream import (
+    materialize_dedup,
+    materialize_pool,
+    materialize_report,
+    materialize_views,
+)
 from nemotron_assets.posttrain.harmony_step import HarmonyOutcome, materialize_harmony_shard
-from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, blend_rows, rows_outside_predicate, write_pool
+from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, rows_outside_predicate
 from nemotron_assets.records import SourceManifest, read_receipt, require_manifest
 from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets.resources.wandb_lineage import HARMONY_SHARDS, WandbLineage
 from nemotron_assets.storage import Storage
 
 ROWS_MATCH_SOURCE = "rows_match_source_minus_drops"
 IDS_UNIQUE = "ids_unique_after_dedup"
 ROWS_SATISFY_PREDICATE = "rows_satisfy_predicate"
 DEFAULT_POOLS = PoolThresholds()
+# What is built from the shards rebuilds itself once its inputs changed, when the blend's automation sensor runs
+# (``<blend>__post_training_automation``, stopped by default): each step then finds what is still up to date.
+REBUILD_WHEN_INPUTS_CHANGE = dg.AutomationCondition.eager()
 
 
-class HarmonyShardConfig(dg.Config):
-    force: bool = Field(False, description="Rebuild shards even when their receipt says they are up to date.")
+class RebuildConfig(dg.Config):
+    force: bool = Field(False, description="Rebuild outputs even when their receipt says they are up to date.")
 
 
-class PoolConfig(dg.Config):
+class PoolConfig(RebuildConfig):
     high_correctness: float = Field(DEFAULT_POOLS.high_correctness, description="correctness >= this is high")
     low_correctness: float = Field(DEFAULT_POOLS.low_correctness, description="correctness <= this is low")
     long_context_tokens: int = Field(DEFAULT_POOLS.long_context_tokens,
@@ -76,6 +84,10 @@ class HarmonyAssets:
         return [self.harmony_shard, self.harmony_dedup, self.candidate_pool, self.embedding_view,
                 self.behavior_report]
 
+    @property
+    def rebuilt_when_inputs_change(self) -> list[dg.AssetsDefinition]:
+        return [self.harmony_dedup, self.candidate_pool, self.embedding_view, self.behavior_report]
+
 
 def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition, scope: Scope | None = None) -> HarmonyAssets:
     """Assets of the blend's family datasets; ``source_split`` is the same scope's (full build or samples)."""
@@ -86,6 +98,7 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition, scope:
                                         dg.DynamicPartitionsDefinition(name=harmony_partitions_name(blend.name)))
     pool_partitions = scope.partitions("pools", dg.StaticPartitionsDefinition(list(POOL_NAMES)))
     report_partitions = scope.partitions("blend", None)
+    automation = None if scope.samples else REBUILD_WHEN_INPUTS_CHANGE
 
     @partitioned_asset(
         scope.key("harmony_shard"), group=scope.group, partitions_def=shard_partitions, kinds={"parquet"},
@@ -95,65 +108,94 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition, scope:
         retry_policy=TRANSIENT_RETRIES,
         description="Normalizes one shard of a post-training dataset into Harmony text + metadata (Parquet, zstd).",
     )
-    def harmony_shard(context: dg.AssetExecutionContext, config: HarmonyShardConfig, storage: StorageResource):
+    def harmony_shard(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
+                      lineage: WandbLineage):
         store = storage.get()
         manifests: dict[str, SourceManifest] = {}
-        yield from materialize_partitions(
-            context, dg.AssetKey(scope.key("harmony_shard")), context.partition_keys,
-            build=lambda partition: normalize_shard(context, store, blend, scope, manifests, partition, config.force),
-            check=lambda partition: [check_shard_rows(store, scope, partition)])
+        built: list[tuple[str, dict]] = []
+
+        def build(partition: str) -> dict:
+            metadata = normalize_shard(context, store, blend, scope, manifests, partition, config.force)
+            built.append((partition, metadata))
+            return metadata
+
+        try:
+            yield from materialize_partitions(
+                context, dg.AssetKey(scope.key("harmony_shard")), context.partition_keys, build,
+                check=lambda partition: [check_shard_rows(store, scope, partition)])
+        finally:
+            if not scope.samples and built:
+                lineage.log_shards(context, store, blend.name, built, manifests, HARMONY_SHARDS)
 
     @partitioned_asset(
-        scope.key("harmony_dedup"), group=scope.group, partitions_def=family_partitions, kinds={"parquet"},
+        scope.key("harmony_dedup"), group=scope.group, automation_condition=automation,
+        partitions_def=family_partitions, kinds={"parquet"},
         deps=[dg.AssetDep(harmony_shard, partition_mapping=dg.AllPartitionMapping())],
         checks={IDS_UNIQUE: "after removing the duplicates, every id occurs once"}, retry_policy=TRANSIENT_RETRIES,
         description="Exact dedup by SHA1 of the Harmony text across all shards of a dataset; the first occurrence "
                     "in (file, row) order wins.",
     )
-    def harmony_dedup(context: dg.AssetExecutionContext, storage: StorageResource):
+    def harmony_dedup(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
         yield from materialize_partitions(
             context, dg.AssetKey(scope.key("harmony_dedup")), context.partition_keys,
-            build=lambda partition: find_dataset_duplicates(context, store, blend, scope, partition),
+            build=lambda partition: find_dataset_duplicates(context, store, blend, scope, partition, config.force),
             check=lambda partition: [check_ids_unique(store, blend, scope, partition)])
 
     @partitioned_asset(
-        scope.key("candidate_pool"), group=scope.group, partitions_def=pool_partitions, kinds={"parquet", "polars"},
+        scope.key("candidate_pool"), group=scope.group, automation_condition=automation,
+        partitions_def=pool_partitions, kinds={"parquet", "polars"},
         deps=[dg.AssetDep(harmony_dedup, partition_mapping=dg.AllPartitionMapping())],
         checks={ROWS_SATISFY_PREDICATE: "every row of the pool satisfies the pool's predicate"},
         backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
         description="Rows of every normalized, deduplicated dataset that satisfy the pool's predicate.",
     )
-    def candidate_pool(context: dg.AssetExecutionContext, config: PoolConfig, storage: StorageResource):
+    def candidate_pool(context: dg.AssetExecutionContext, config: PoolConfig, storage: StorageResource,
+                       lineage: WandbLineage):
         store = storage.get()
-        yield from materialize_partitions(
-            context, dg.AssetKey(scope.key("candidate_pool")), context.partition_keys,
-            build=lambda partition: select_pool(context, store, blend, scope, partition, config.thresholds()),
-            check=lambda partition: [check_pool_predicate(store, scope, partition)])
+        built: list[tuple[str, dict]] = []
+
+        def build(partition: str) -> dict:
+            metadata = select_pool(context, store, blend, scope, partition, config.thresholds(), config.force)
+            built.append((partition, metadata))
+            return metadata
+
+        try:
+            yield from materialize_partitions(
+                context, dg.AssetKey(scope.key("candidate_pool")), context.partition_keys, build,
+                check=lambda partition: [check_pool_predicate(store, scope, partition)])
+        finally:
+            if not scope.samples and built:
+                manifests = {e.name: require_manifest(store, blend.name, blend.name, e.name)
+                             for e in blend.entries() if e.family}
+                lineage.log_pools(context, store, blend.name, built, manifests)
 
     @partitioned_asset(
-        scope.key("embedding_view"), group=scope.group, partitions_def=pool_partitions, kinds={"parquet"},
+        scope.key("embedding_view"), group=scope.group, automation_condition=automation,
+        partitions_def=pool_partitions, kinds={"parquet"},
         deps=[candidate_pool], backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
         description="Per pool, one text per row to embed in each view: the prompt, a reasoning excerpt, and the "
                     "value-free behavior.",
     )
-    def embedding_view(context: dg.AssetExecutionContext, storage: StorageResource):
+    def embedding_view(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
         yield from materialize_partitions(
             context, dg.AssetKey(scope.key("embedding_view")), context.partition_keys,
-            build=lambda partition: view_pool(store, scope, partition))
+            build=lambda partition: view_pool(store, blend, scope, partition, config.force))
 
     @dg.asset(
         key=scope.key("behavior_report"), group_name=scope.group, partitions_def=report_partitions,
+        automation_condition=automation,
         deps=[embedding_view], kinds={"markdown"}, retry_policy=TRANSIENT_RETRIES,
         description="Tool-call coverage and uniqueness of every pool's behavior view: a collapsed view shows "
                     "as few distinct signatures.",
     )
-    def behavior_report(context: dg.AssetExecutionContext, storage: StorageResource):
+    def behavior_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         sample, _ = scope.split(context.partition_keys[0]) if scope.samples else (None, None)
         with permanent_errors_fail_at_once():
-            report = write_behavior_report(storage.get(), scope.base(sample))
-        return dg.MaterializeResult(metadata={"report": dg.MetadataValue.md(report)})
+            outcome, report = materialize_report(storage.get(), blend, scope.base(sample), config.force)
+        return dg.MaterializeResult(metadata={"status": dg.MetadataValue.text(outcome.status),
+                                              "report": dg.MetadataValue.md(report)})
 
     return HarmonyAssets(harmony_shard, harmony_dedup, candidate_pool, embedding_view, behavior_report,
                          family_partitions, shard_partitions, pool_partitions)
@@ -176,28 +218,34 @@ def normalize_shard(context: dg.AssetExecutionContext, store: Storage, blend: Bl
 
 
 def find_dataset_duplicates(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope,
-                            partition: str) -> dict:
+                            partition: str, force: bool) -> dict:
     sample, dataset = scope.split(partition)
-    stats = dedup_dataset(store, blend, scope.base(sample), dataset)
-    context.log.info(f"{partition}: {stats.duplicates:,} duplicate(s) of {stats.rows:,} rows")
-    return {"rows": dg.MetadataValue.int(stats.rows), "duplicates": dg.MetadataValue.int(stats.duplicates),
-            "unique": dg.MetadataValue.int(stats.rows - stats.duplicates)}
+    outcome = materialize_dedup(store, blend, scope.base(sample), dataset, force)
+    stats = outcome.receipt.stats
+    context.log.info(f"{partition}: {outcome.status}, {stats['duplicates']:,} duplicate(s) of {stats['rows']:,} rows")
+    return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
+            "duplicates": dg.MetadataValue.int(stats["duplicates"]),
+            "unique": dg.MetadataValue.int(stats["rows"] - stats["duplicates"]),
+            "mode": dg.MetadataValue.text(blend.dedup)}
 
 
 def select_pool(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope, partition: str,
-                thresholds: PoolThresholds) -> dict:
+                thresholds: PoolThresholds, force: bool) -> dict:
     sample, pool = scope.split(partition)
     base = scope.base(sample)
-    manifest = write_pool(store, base, blend_rows(store, blend, base), pool, thresholds)
-    context.log.info(f"{partition}: {manifest['rows']:,} rows")
-    return {"rows": dg.MetadataValue.int(manifest["rows"]),
-            "rows_by_dataset": dg.MetadataValue.json(manifest["rows_by_dataset"]),
+    outcome = materialize_pool(store, blend, base, pool, thresholds, force)
+    stats = outcome.receipt.stats
+    context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} rows")
+    return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
+            "rows_by_dataset": dg.MetadataValue.json(stats["rows_by_dataset"]),
             "path": dg.MetadataValue.path(store.url(pool_dir(base, pool)))}
 
 
-def view_pool(store: Storage, scope: Scope, partition: str) -> dict:
+def view_pool(store: Storage, blend: Blend, scope: Scope, partition: str, force: bool) -> dict:
     sample, pool = scope.split(partition)
-    return {"rows": dg.MetadataValue.int(write_views(store, scope.base(sample), pool))}
+    outcomes = materialize_views(store, blend, scope.base(sample), pool, force)
+    return {"status": dg.MetadataValue.text(outcomes[0].status),
+            "rows": dg.MetadataValue.int(outcomes[0].receipt.stats["rows"])}
 
 
 # --- the checks (re-read what was committed) ------------------------------------------------------------------

@@ -46,7 +46,8 @@ class CheckOutcome:
 
 def partitioned_asset(key: list[str], *, group: str, partitions_def: dg.PartitionsDefinition | None,
                       description: str, kinds: set[str], deps: list | None = None, checks: dict[str, str] | None = None,
-                      backfill_policy: dg.BackfillPolicy | None = None, retry_policy: dg.RetryPolicy | None = None):
+                      backfill_policy: dg.BackfillPolicy | None = None, retry_policy: dg.RetryPolicy | None = None,
+                      automation_condition: dg.AutomationCondition | None = None):
     """The decorator of an asset whose step reports partition by partition (``materialize_partitions``).
 
     It is a one-asset ``multi_asset`` with ``can_subset=True``: then neither the asset's output nor its checks'
@@ -58,7 +59,8 @@ def partitioned_asset(key: list[str], *, group: str, partitions_def: dg.Partitio
                    for name, text in (checks or {}).items()]
     return dg.multi_asset(
         name="__".join(key), specs=[dg.AssetSpec(key, group_name=group, description=description, kinds=kinds,
-                                                 deps=deps or [], skippable=True)],
+                                                 deps=deps or [], skippable=True,
+                                                 automation_condition=automation_condition)],
         check_specs=check_specs, partitions_def=partitions_def, can_subset=True, backfill_policy=backfill_policy,
         retry_policy=retry_policy)
 

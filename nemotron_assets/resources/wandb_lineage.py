@@ -7,6 +7,11 @@ logs an artifact (metadata + references to the output files) and declares the ar
         -> used by the W&B run of megatron_blend, which logs
     <blend>-megatron-blend     type megatron-blend    blend.json + data_path.txt
 
+The post-training path has the same shape: each harmony_shard run uses the source manifests and logs
+``<blend>-<dataset>-harmony`` (type harmony-shards: every finished Parquet shard + receipt of the dataset), and
+each candidate_pool run uses the Harmony artifacts of every family dataset and logs ``<blend>-pool-<pool>`` (type
+candidate-pool: the pool's Parquet part, receipt and manifest.json).
+
 Off by default (``NEMOTRON_WANDB=1`` or ``enabled=True`` turns it on); off, it does nothing and never imports
 wandb (``pip install -e '.[lineage]'``). Artifacts hold references, never copies: ``file://`` or ``s3://``
 URLs. Small local files (receipts, manifests, blend.json) are checksummed by W&B, so a rebuilt shard gives a
@@ -24,17 +29,45 @@ record marked ``use_after_commit``, which ``wandb sync`` turns into the "used by
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 from pydantic import Field
 
-from nemotron_assets.layout import ShardKey, manifest_path, pretrain_dir, shard_prefix
+from nemotron_assets.layout import (
+    ShardKey,
+    harmony_shard_prefix,
+    manifest_path,
+    pool_dir,
+    pool_path,
+    pretrain_dir,
+    shard_prefix,
+)
 from nemotron_assets.records import read_receipt
 from nemotron_assets.storage import Storage
 
 ENABLE_VARIABLE = "NEMOTRON_WANDB"
+
+
+@dataclass(frozen=True)
+class ShardOutputs:
+    """What one kind of shard artifact holds: per shard its receipt (checksummed by W&B) and its data files
+    (referenced by URL only), plus the receipt stats copied into the artifact's metadata."""
+    artifact_suffix: str  # <blend>-<dataset>-<suffix>
+    artifact_type: str
+    prefix: Callable[[str, ShardKey], str]  # (blend, shard) -> storage prefix of its files
+    data_suffixes: tuple[str, ...]
+    stats: tuple[str, ...]
+    total: str  # the stat summed over shards into the metadata
+
+
+PRETRAIN_SHARDS = ShardOutputs("shards", "pretrain-shards", shard_prefix, (".bin", ".idx"),
+                               ("documents", "tokens", "bin_bytes", "idx_bytes", "bin_sha256", "idx_sha256"),
+                               "tokens")
+HARMONY_SHARDS = ShardOutputs("harmony", "harmony-shards", harmony_shard_prefix, (".parquet",),
+                              ("rows", "records", "valid_harmony", "placeholder_prompts", "bytes", "sha256"),
+                              "records")
 
 
 @dataclass(frozen=True)
@@ -58,19 +91,44 @@ class WandbLineage(dg.ConfigurableResource):
                    entity=os.environ.get("WANDB_ENTITY") or None)
 
     def log_shards(self, context: dg.AssetExecutionContext, store: Storage, blend: str,
-                   shards: Sequence[tuple[str, dict]], manifests: dict) -> None:
-        """One W&B run for a pretrain_shard run: uses each touched dataset's source manifest and logs the
-        dataset's shards artifact. ``shards``: (partition key, metadata) of this run; ``manifests``:
-        dataset -> SourceManifest."""
+                   shards: Sequence[tuple[str, dict]], manifests: dict,
+                   outputs: ShardOutputs = PRETRAIN_SHARDS) -> None:
+        """One W&B run for a shard run (pretrain_shard, or harmony_shard with ``HARMONY_SHARDS``): uses each
+        touched dataset's source manifest and logs the dataset's shards artifact. ``shards``: (partition key,
+        metadata) of this run; ``manifests``: dataset -> SourceManifest."""
         if not self.enabled:
             return
-        with self._run(context, blend, "pretrain_shard") as (run, use):
+        job_type = "pretrain_shard" if outputs is PRETRAIN_SHARDS else "harmony_shard"
+        with self._run(context, blend, job_type) as (run, use):
             for dataset, manifest in manifests.items():
                 use(source_artifact(store, blend, dataset, manifest))
                 ran = {key: _plain(meta) for key, meta in shards if ShardKey.parse(key).dataset == dataset}
-                artifact = shards_artifact(store, blend, dataset, manifest)
+                artifact = shards_artifact(store, blend, dataset, manifest, outputs)
                 artifact.metadata.update({"dagster_run_id": context.run_id, "shards_in_run": ran,
-                                          "tokens_in_run": sum(m.get("tokens", 0) for m in ran.values())})
+                                          f"{outputs.total}_in_run": sum(m.get(outputs.total, 0)
+                                                                          for m in ran.values())})
+                run.log_artifact(artifact)
+
+    def log_pools(self, context: dg.AssetExecutionContext, store: Storage, blend: str,
+                  pools: Sequence[tuple[str, dict]], manifests: dict) -> None:
+        """One W&B run for a candidate_pool run: uses the Harmony shards artifact of every family dataset
+        (``manifests``: dataset -> SourceManifest) and logs one artifact per pool built (``pools``: (pool,
+        metadata))."""
+        if not self.enabled:
+            return
+        import wandb
+
+        with self._run(context, blend, "candidate_pool") as (run, use):
+            for dataset, manifest in manifests.items():
+                use(shards_artifact(store, blend, dataset, manifest, HARMONY_SHARDS))
+            for pool, metadata in pools:
+                artifact = wandb.Artifact(_name(f"{blend}-pool-{pool}"), type="candidate-pool",
+                                          metadata={"pool": pool, "dagster_run_id": context.run_id,
+                                                    **_plain(metadata)})
+                data = pool_path(blend, pool)
+                _add(artifact, [_reference(store, data, checksum=False),
+                                _reference(store, data.rsplit(".", 1)[0] + ".json", checksum=True),
+                                _reference(store, f"{pool_dir(blend, pool)}/manifest.json", checksum=True)])
                 run.log_artifact(artifact)
 
     def log_blend(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
@@ -129,25 +187,25 @@ def source_artifact(store: Storage, blend: str, dataset: str, manifest):
     return artifact
 
 
-def shards_artifact(store: Storage, blend: str, dataset: str, manifest):
+def shards_artifact(store: Storage, blend: str, dataset: str, manifest, outputs: ShardOutputs = PRETRAIN_SHARDS):
     """Every finished shard of a dataset (receipt present), as references; metadata from the receipts."""
     import wandb
 
     references, receipts = [], {}
     for shard in manifest.shards:
-        prefix = shard_prefix(blend, ShardKey(dataset, shard.index))
+        key = ShardKey(dataset, shard.index)
+        prefix = outputs.prefix(blend, key)
         receipt = read_receipt(store, prefix)
         if receipt is None:
             continue
-        stats = receipt.stats
-        receipts[str(ShardKey(dataset, shard.index))] = {k: stats[k] for k in (
-            "documents", "tokens", "bin_bytes", "idx_bytes", "bin_sha256", "idx_sha256")}
-        references += [_reference(store, f"{prefix}.json", checksum=True),
-                       _reference(store, f"{prefix}.bin", checksum=False),
-                       _reference(store, f"{prefix}.idx", checksum=False)]
-    artifact = wandb.Artifact(_name(f"{blend}-{dataset}-shards"), type="pretrain-shards", metadata={
-        "dataset": dataset, "shards_planned": len(manifest.shards), "shards_done": len(receipts),
-        "tokens": sum(r["tokens"] for r in receipts.values()), "shards": receipts})
+        receipts[str(key)] = {name: receipt.stats[name] for name in outputs.stats}
+        references.append(_reference(store, f"{prefix}.json", checksum=True))
+        references += [_reference(store, prefix + suffix, checksum=False) for suffix in outputs.data_suffixes]
+    artifact = wandb.Artifact(_name(f"{blend}-{dataset}-{outputs.artifact_suffix}"), type=outputs.artifact_type,
+                              metadata={"dataset": dataset, "shards_planned": len(manifest.shards),
+                                        "shards_done": len(receipts),
+                                        outputs.total: sum(r[outputs.total] for r in receipts.values()),
+                                        "shards": receipts})
     _add(artifact, references)
     return artifact
 

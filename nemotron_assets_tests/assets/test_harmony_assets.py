@@ -11,8 +11,9 @@ import pytest
 from nemotron_assets.assets.harmony import build_harmony_assets
 from nemotron_assets.assets.pretrain import build_pretrain_assets
 from nemotron_assets.blend import load_blend
-from nemotron_assets.formats.harmony import validate_harmony
+from nemotron_assets.formats.harmony import parse_harmony, validate_harmony
 from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets.resources.wandb_lineage import WandbLineage
 from nemotron_assets_tests.conftest import REPO
 
 SAMPLE = REPO / "blends" / "posttrain_sample.yaml"
@@ -21,20 +22,22 @@ SAMPLE = REPO / "blends" / "posttrain_sample.yaml"
 class Pipeline:
     """The blend's source split and Harmony assets, run the way a backfill would."""
 
-    def __init__(self, blend_file: Path, root: Path, instance: dg.DagsterInstance, **overrides) -> None:
+    def __init__(self, blend_file: Path, root: Path | str, instance: dg.DagsterInstance,
+                 lineage: WandbLineage | None = None, endpoint_url: str | None = None, **overrides) -> None:
         blend = load_blend(blend_file)
         self.blend = blend.model_copy(update=overrides) if overrides else blend
         pretrain = build_pretrain_assets(self.blend, blend_file)
         self.harmony = build_harmony_assets(self.blend, pretrain.source_split)
         self.source_split = pretrain.source_split
-        self.root, self.instance = root, instance
+        self.root, self.instance, self.lineage = root, instance, lineage or WandbLineage()
+        self.storage = StorageResource(root=str(root), endpoint_url=endpoint_url)
         self.definitions = [pretrain.source_split, *self.harmony.definitions]
 
     def run(self, asset, partitions=None, raise_on_error=True):
         selection = asset if isinstance(asset, dg.AssetSelection) else [asset.key]
-        storage = StorageResource(root=str(self.root))
         return dg.materialize(self.definitions, selection=selection, instance=self.instance, tags=_range(partitions),
-                              raise_on_error=raise_on_error, resources={"storage": storage})
+                              raise_on_error=raise_on_error,
+                              resources={"storage": self.storage, "lineage": self.lineage})
 
     def shard_keys(self) -> list[str]:
         return self.instance.get_dynamic_partitions(self.harmony.shard_partitions.name)
@@ -84,6 +87,25 @@ def test_every_family_becomes_harmony_rows_and_unreadable_rows_are_counted(built
             assert row["dataset"] == entry.name
             if row["quality_valid_harmony"]:
                 assert validate_harmony(row["text"]) == [], row["text"][:200]
+
+
+def test_every_valid_shard_row_parses_the_same_with_openai_harmony(built):
+    """The reference parser (openai-harmony ``parse_messages_from_completion_tokens`` on the o200k_harmony
+    tokens) reads every row our validator calls valid, into the same messages our parser reads."""
+    from nemotron_assets_tests.formats.test_harmony import from_library
+    from nemotron_assets_tests.harmony_reference import harmony_encoding
+
+    encoding = harmony_encoding()
+    checked = 0
+    for shard in sorted((built.root / "posttrain_sample" / "harmony").glob("*/shard_*.parquet")):
+        for row in pq.read_table(shard, columns=["id", "text", "quality_valid_harmony"]).to_pylist():
+            if not row["quality_valid_harmony"]:
+                continue
+            tokens = encoding.encode(row["text"], allowed_special="all")
+            parsed = [from_library(m) for m in encoding.parse_messages_from_completion_tokens(tokens)]
+            assert parsed == parse_harmony(row["text"]), f"{shard.name} row {row['id']}"
+            checked += 1
+    assert checked >= 30, checked  # 33 valid rows in the sample
 
 
 def test_dedup_removes_the_repeated_row_and_pools_hold_each_id_once(built):
