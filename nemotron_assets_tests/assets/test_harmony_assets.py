@@ -214,3 +214,25 @@ def test_a_second_build_of_an_unchanged_blend_rebuilds_no_harmony_shard(tmp_path
     assert datasets and all(d["path"] == "harmony" and d["done"] == d["planned"] > 0 for d in datasets)
     assert sum(d["written"] for d in datasets) == sum(pq.read_metadata(p).num_rows for p in shards
                                                       if p.suffix == ".parquet")
+
+
+@pytest.mark.parametrize("mode", ["per_dataset", "across_datasets"])
+def test_dedup_across_datasets_drops_a_later_datasets_copy_of_an_earlier_row(tmp_path, instance, mode):
+    """Dataset ``later`` holds one row of ``first`` and one row of its own. Per dataset both stay; across
+    datasets the copy goes, because ``first`` comes before ``later`` in the blend."""
+    source = (REPO / "blends" / "sample_data" / "posttrain" / "nemotron_math_v2.jsonl").read_text().splitlines()
+    (tmp_path / "first.jsonl").write_text("\n".join(source[:3]) + "\n")
+    (tmp_path / "later.jsonl").write_text(source[1] + "\n" + source[4] + "\n")
+    (tmp_path / "b.yaml").write_text(f"on_error: skip\ndedup: {mode}\ndatasets:\n"
+                                     "  - {name: first, path: first.jsonl, family: nemotron_math_v2}\n"
+                                     "  - {name: later, path: later.jsonl, family: nemotron_math_v2}\n")
+    pipeline = Pipeline(tmp_path / "b.yaml", tmp_path / "out", instance)
+    pipeline.all()
+    harmony = tmp_path / "out" / "b" / "harmony"
+    copied_id = pq.read_table(harmony / "first" / "shard_00000.parquet").column("id").to_pylist()[1]
+    later = pq.read_table(harmony / "later" / "duplicates.parquet").to_pylist()
+    assert pq.read_table(harmony / "first" / "duplicates.parquet").num_rows == 0
+    assert later == ([{"shard": 0, "row": 0, "id": copied_id}] if mode == "across_datasets" else [])
+    pooled = [row["id"] for pool in ("has_correctness_meta", "missing_correctness_meta")
+              for row in pq.read_table(tmp_path / "out" / "b" / "pools" / pool / "part-00000.parquet").to_pylist()]
+    assert pooled.count(copied_id) == (1 if mode == "across_datasets" else 2)
