@@ -28,6 +28,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nemotron_assets.errors import InputError
+from nemotron_assets.posttrain.pool_names import POOL_NAMES
+from nemotron_assets.scoring.settings import ScoringSettings
+from nemotron_assets.sft.settings import BUILTIN_TEMPLATES, HoldoutSettings, SftSettings
 
 SPLITS = ("train", "valid", "test")
 DATASET_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.-]*$")
@@ -71,6 +74,26 @@ class DatasetEntry(BaseModel):
     tools_field: str | None = Field(None, description="Column holding the tool schemas (default: the family's).")
     num_shards: int | None = Field(None, ge=1, description="Explicit shard count for this dataset.")
     endpoint_url: str | None = Field(None, description="S3-compatible endpoint for s3:// paths.")
+    transform: str | dict | None = Field(None, description="JSONL for RL/SFT: nemotron_rl, openai_chat, sharegpt, "
+                                         "passthrough, or {name: sft|select|rename, ...} (formats/transforms.py).")
+    compression: Literal["zstd"] | None = Field(None, description="JSONL output compression (with transform).")
+
+    @field_validator("transform")
+    @classmethod
+    def _known_transform(cls, transform: str | dict | None) -> str | dict | None:
+        from nemotron_assets.formats.transforms import parse_transform
+
+        if transform is not None:
+            parse_transform(transform)  # ValueError names what is wrong
+        return transform
+
+    @property
+    def kind(self) -> Literal["pretrain", "harmony", "jsonl"]:
+        """Which path the dataset takes: Megatron shards, Harmony normalization (``family``) or JSONL
+        (``transform``)."""
+        if self.family is not None:
+            return "harmony"
+        return "jsonl" if self.transform is not None else "pretrain"
 
     @field_validator("family")
     @classmethod
@@ -87,6 +110,11 @@ class DatasetEntry(BaseModel):
         from nemotron_assets.normalize.base import RowError, SourceFields
         from nemotron_assets.normalize.families import check_fields
 
+        if self.family is not None and self.transform is not None:
+            raise ValueError("a dataset takes one path: 'family' (Harmony normalization) or 'transform' (JSONL), "
+                             "not both")
+        if self.compression is not None and self.transform is None:
+            raise ValueError("compression applies to JSONL output: set a transform")
         if self.family is None:
             if self.messages_field is not None or self.tools_field is not None:
                 raise ValueError("messages_field and tools_field apply to post-training data: set a family")
@@ -134,6 +162,10 @@ class Blend(BaseModel):
     relative_prefixes: bool = Field(
         False, description="blend.json/data_path.txt prefixes relative to their own folder instead of absolute "
         "paths or s3:// URLs (Megatron resolves them against the trainer's working directory).")
+    holdout: HoldoutSettings | None = Field(None, description="SFT conversations and JSONL rows -> train/valid/"
+                                            "test by a stable hash of the first user prompt.")
+    sft: SftSettings | None = Field(None, description="Packed chat SFT from the post-training rows.")
+    scoring: ScoringSettings | None = Field(None, description="NLL and embedding scores of candidate pools.")
     datasets: list[DatasetEntry] | None = None
     train: list[DatasetEntry] | None = None
     valid: list[DatasetEntry] | None = None
@@ -167,6 +199,29 @@ class Blend(BaseModel):
         if not seen:
             raise ValueError("the blend lists no datasets")
         return self
+
+    @model_validator(mode="after")
+    def _post_training_sections(self) -> "Blend":
+        """``sft``, ``scoring`` and ``holdout`` need the datasets they work on; ``sft.from`` names known pools."""
+        has_family = any(e.family for e in self.entries())
+        if self.sft is not None and not has_family:
+            raise ValueError("sft: renders post-training rows: the blend needs a dataset with a family")
+        if self.scoring is not None and not has_family:
+            raise ValueError("scoring: scores candidate pools: the blend needs a dataset with a family")
+        if self.sft is not None and isinstance(self.sft.from_, list):
+            selected = {f"{pool}_{which}" for pool in (self.scoring.pools if self.scoring else [])
+                        for which in ("easy", "hard")}
+            if self.scoring is not None and self.scoring.diverse_k:
+                selected |= {f"{pool}_diverse" for pool in self.scoring.pools}
+            unknown = [p for p in self.sft.from_ if p not in POOL_NAMES and p not in selected]
+            if unknown:
+                raise ValueError(f"sft.from: unknown pool(s) {', '.join(unknown)} (pools: {', '.join(POOL_NAMES)}; "
+                                 "<pool>_easy and <pool>_hard for the pools scoring: lists)")
+        return self
+
+    def datasets_of(self, kind: str) -> list[DatasetEntry]:
+        """The datasets that take one path (``DatasetEntry.kind``)."""
+        return [e for e in self.entries() if e.kind == kind]
 
     @property
     def shard_size_bytes(self) -> int:
@@ -229,9 +284,21 @@ def load_blend(path: str | Path) -> Blend:
         raise InputError("a blend file must hold a mapping of settings and datasets", path=str(path))
     raw.setdefault("name", path.name.split(".")[0])
     try:
-        return Blend.model_validate(raw)
+        blend = Blend.model_validate(raw)
     except ValidationError as exc:
         raise InputError(_format_validation_error(path, exc), path=str(path)) from None
+    return _with_template_path(blend, path)
+
+
+def _with_template_path(blend: Blend, path: Path) -> Blend:
+    """``sft.chat_template`` as an absolute path (it is relative to the blend file), checked to exist now."""
+    if blend.sft is None or blend.sft.chat_template in BUILTIN_TEMPLATES:
+        return blend
+    template = Path(blend.sft.chat_template).expanduser()
+    template = template if template.is_absolute() else (path.parent / template).resolve()
+    if not template.is_file():
+        raise InputError(f"sft.chat_template: {template} does not exist", path=str(path))
+    return blend.model_copy(update={"sft": blend.sft.model_copy(update={"chat_template": str(template)})})
 
 
 @dataclass(frozen=True)

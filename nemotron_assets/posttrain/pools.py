@@ -7,6 +7,12 @@ whitespace or ``"-"`` user turn, e.g. the redacted prompts of the code sets). Po
 in several. `PoolThresholds` is the one definition of the thresholds; the predicates are plain polars
 expressions so a scan can push them down into the Parquet reader. A null in a column a condition reads (no
 correctness, no reasoning switch) keeps the row out of that pool.
+
+A pool is written by polars' streaming engine (`write_pool`): the shards are read a row group at a time (a
+normalized shard's row groups hold one read batch, a few MB), the predicate is pushed into the reader, and the
+sink writes row groups of about `ROW_GROUP_BYTES`, so memory stays bounded whatever the number of rows. The sink
+counts row groups in rows, not bytes (polars' default is tens of thousands of rows, hundreds of MB of
+conversations), so `row_group_rows` turns the byte target into rows from the pool's mean row length.
 """
 
 import json
@@ -17,13 +23,15 @@ import polars as pl
 from nemotron_assets.blend import Blend
 from nemotron_assets.layout import pool_dir, pool_path
 from nemotron_assets.posttrain.dedup import deduplicated_rows
+from nemotron_assets.posttrain.pool_names import POOL_NAMES
 from nemotron_assets.storage import Storage
 
-POOL_NAMES = (
-    "high_correctness", "mid_correctness", "low_correctness", "has_correctness_meta", "missing_correctness_meta",
-    "math_high_verified_correct", "tool_use", "proof", "reasoning_on", "reasoning_off", "capability_chat",
-    "capability_structured_outputs", "long_context",
-)
+#: Target bytes of one row group of a pool file (in memory while the sink fills it).
+ROW_GROUP_BYTES = 32 << 20
+#: A row stores its conversation about twice (``text`` and ``messages``, each ~``stats_char_len``) plus its tool
+#: declarations and metadata, estimated as this many bytes.
+ROW_OVERHEAD_BYTES = 1024
+MAX_ROW_GROUP_ROWS = 65536
 
 
 @dataclass(frozen=True)
@@ -71,12 +79,20 @@ def blend_rows(store: Storage, blend: Blend, base: str) -> pl.LazyFrame:
                      how="vertical")
 
 
+def row_group_rows(selected: pl.LazyFrame) -> int:
+    """Rows per Parquet row group so that a group holds about `ROW_GROUP_BYTES` of the ``selected`` rows (a
+    streaming scan of one small column)."""
+    mean_chars = selected.select(pl.col("stats_char_len").mean()).collect(engine="streaming").item() or 0
+    return max(1, min(MAX_ROW_GROUP_ROWS, ROW_GROUP_BYTES // (2 * int(mean_chars) + ROW_OVERHEAD_BYTES)))
+
+
 def write_pool(store: Storage, base: str, rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds) -> dict:
     """Stream the rows of ``pool`` into its Parquet file and commit it with its manifest (rows per dataset and
     the thresholds, which the pool check re-reads); returns the manifest."""
+    selected = rows.filter(pool_predicate(pool, thresholds))
     with store.staging() as folder:
         staged = folder / "part-00000.parquet"
-        rows.filter(pool_predicate(pool, thresholds)).sink_parquet(staged, compression="zstd")
+        selected.sink_parquet(staged, compression="zstd", row_group_size=row_group_rows(selected))
         counts = (pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows"))
                   .sort("dataset").collect())
         manifest = {"pool": pool, "thresholds": asdict(thresholds),

@@ -38,7 +38,7 @@ from nemotron_assets.sft.samples import (
     tokenize_samples,
 )
 from nemotron_assets.sft.templates import JinjaChatTemplate, TemplateRenderError
-from nemotron_assets.sft.tokenizers import load_chat_tokenizer
+from nemotron_assets.sft.tokenizer_choice import load_chat_tokenizer
 
 Messages = list[dict[str, Any]]
 Tools = list[dict[str, Any]] | None

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nemotron_assets.posttrain.pools import POOL_NAMES
+from nemotron_assets.posttrain.pool_names import POOL_NAMES
 from nemotron_assets.scoring.model_files import DEFAULT_EMBEDDING_MODEL
 
 

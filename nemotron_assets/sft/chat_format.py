@@ -17,7 +17,8 @@ from nemotron_assets.sft.masks import truncate_sample
 from nemotron_assets.sft.o200k import O200K_HARMONY
 from nemotron_assets.sft.samples import ChatTemplate
 from nemotron_assets.sft.templates import RENDER_DATE, JinjaChatTemplate, end_of_turn_text, load_template
-from nemotron_assets.sft.tokenizers import ChatTokenizer, load_chat_tokenizer
+from nemotron_assets.sft.tokenizer_choice import load_chat_tokenizer
+from nemotron_assets.sft.tokenizers import ChatTokenizer
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from tokenizers import Encoding, Tokenizer
 from nemotron_assets.errors import InputError
 from nemotron_assets.sft.masks import TokenLocator
 from nemotron_assets.tokenize.encoders import probe_texts
-from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
+from nemotron_assets.tokenize.loading import TokenizerFiles
 
 BACKENDS = ("auto", "reference", "fastokens")
 TOKENIZER_FIELD = "sft.tokenizer_model"
@@ -337,14 +337,3 @@ class HFChatTokenizer(CheckedTokenizer):
 
     def token_ids(self, text: str) -> list[int]:
         return self.reference.encode(text, add_special_tokens=False).ids
-
-
-def load_chat_tokenizer(spec: str, revision: str | None = None, backend: str = "auto") -> ChatTokenizer:
-    """The ``sft.tokenizer_model`` setting -> a tokenizer: ``o200k_harmony`` (built in), or anything
-    `locate_tokenizer` accepts (``llama3``, a tokenizer.json, a folder, a hub id). `backend`: ``auto`` (the fast path
-    when proven), ``reference`` or ``fastokens`` (fail if it cannot be proven)."""
-    from nemotron_assets.sft.o200k import O200K_HARMONY, O200kHarmonyTokenizer
-
-    if spec == O200K_HARMONY:
-        return O200kHarmonyTokenizer(backend)
-    return HFChatTokenizer(locate_tokenizer(spec, revision), backend)
