@@ -18,12 +18,13 @@ setup: $(BIN)/python
 	$(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
 		-e '.[test,cluster,lineage,scoring]'
 
-# Quick start 1: set up, then materialize both bundled sample blends (pretraining text and post-training rows) into
-# ./data, with the sqlite instance in dagster_home/.
+# Quick start 1: set up, then materialize the bundled sample blends (pretraining text, post-training rows, JSONL for
+# RL and SFT) into ./data, with the sqlite instance in dagster_home/.
 demo: setup
 	$(BIN)/python -m nemotron_assets materialize sample
 	$(BIN)/python -m nemotron_assets materialize posttrain_sample
-	@echo "Outputs: ./data/sample/ and ./data/posttrain_sample/   UI: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml"
+	$(BIN)/python -m nemotron_assets materialize rl_sample
+	@echo "Outputs: ./data/sample/, ./data/posttrain_sample/ and ./data/rl_sample/   UI: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml"
 
 # Quick start 2: set up, install Debian's chromium and PostgreSQL when missing (apt-get: root, or sudo without a
 # password), lint, and run the whole test suite.

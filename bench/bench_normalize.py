@@ -1,30 +1,44 @@
 #!/usr/bin/env python3
-"""Harmony normalization benchmark: raw rows of mixed families -> normalized Harmony Parquet shards.
+"""Harmony normalization through the real CLI: raw post-training rows of mixed families -> normalized shards, on
+one core (``--jobs 1``) and on two (``--jobs 2``), in one invocation.
 
-    .venv/bin/python bench/bench_normalize.py [--rows 200000] [--row-bytes 2000]
+    .venv/bin/python bench/bench_normalize.py [--rows 200000] [--row-bytes 2000] [--runs 1]
+        [--compare-tree /path/to/another/checkout]
 
-Generates ``--rows`` raw rows (the readable bundled post-training sample rows of every family, cycled, with their user
-prompt padded to about ``--row-bytes`` so rows are chat-like ~2 KB), writes one JSONL per family, and runs the
-real shard builder (``posttrain/harmony_shard.py``: read, map, render, validate, write Parquet) on each file as
-one shard, in this process. Prints rows/s, and the baseline of only reading + parsing the same JSONL (the part
-any tool pays) as a ratio, and the peak RSS.
+The input: ``--rows`` rows of the eight NVIDIA post-training families (Llama-Nemotron and the seven
+Nemotron-* ones), equally many of each, cycling the readable rows of ``blends/sample_data/posttrain/`` with the
+first user prompt padded so that a row is about ``--row-bytes`` (chat-like ~2 KB rows). One JSONL file and one
+dataset (``num_shards: 1``) per family: 8 shards. Generated once into ``--cache``.
+
+Each measurement is ``python -m nemotron_assets materialize <blend> --select source_split,harmony_shard --jobs N``
+in a fresh temp instance and data root (``cli_runs.py``). The rate is source rows / the ``harmony_shard`` step's
+wall time (from the end of the source split to the end of the last shard run, so starting the worker processes
+counts). Printed: each rate, their ratio (target: ``--jobs 2`` >= 1.7x ``--jobs 1``), the peak RSS of the largest
+process during the step (target: <= 1 GiB per worker), and, for reference, reading + parsing the same files with
+orjson. ``--compare-tree`` measures another checkout's CLI the same way in the same invocation.
 """
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+import orjson
+from cli_runs import print_run, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "blends" / "sample_data" / "posttrain"
+FAMILIES = ("llama_nemotron", "nemotron_agentic", "nemotron_competitive_programming", "nemotron_if_chat",
+            "nemotron_math_proofs", "nemotron_math_v2", "nemotron_post_training", "nemotron_science")
+BLEND = "normalize_bench"
+TARGET_SPEEDUP = 1.7
+TARGET_RSS_MB = 1024
 
 
 def padded(row: dict, target: int) -> dict:
-    """The row with its first user prompt (or text) lengthened to make the row about ``target`` bytes."""
+    """The row with its first user prompt (or problem) lengthened to make the row about ``target`` bytes."""
     row = json.loads(json.dumps(row))
     missing = target - len(json.dumps(row, ensure_ascii=False).encode())
     if missing <= 0:
@@ -53,74 +67,74 @@ def readable(family: str, row: dict) -> bool:
     return True
 
 
-def generate(folder: Path, rows: int, row_bytes: int) -> dict[str, Path]:
-    families = sorted(p.stem for p in SAMPLE.glob("*.jsonl"))
-    per_family = rows // len(families)
-    files = {}
-    for family in families:
+def generate(folder: Path, rows: int, row_bytes: int) -> list[Path]:
+    """One JSONL file per family (already there when generated before with the same parameters)."""
+    done = folder / "generated.json"
+    expected = {"rows": rows, "row_bytes": row_bytes, "families": FAMILIES}
+    if done.exists() and json.loads(done.read_text()) == expected:
+        return [folder / f"{family}.jsonl" for family in FAMILIES]
+    folder.mkdir(parents=True, exist_ok=True)
+    for family in FAMILIES:
         source = [row for line in (SAMPLE / f"{family}.jsonl").open() if readable(family, row := json.loads(line))]
-        path = folder / f"{family}.jsonl"
-        with path.open("w") as out:
-            for i in range(per_family):
+        with (folder / f"{family}.jsonl").open("w") as out:
+            for i in range(rows // len(FAMILIES)):
                 out.write(json.dumps(padded(source[i % len(source)], row_bytes), ensure_ascii=False) + "\n")
-        files[family] = path
-    return files
+    done.write_text(json.dumps(expected))
+    return [folder / f"{family}.jsonl" for family in FAMILIES]
+
+
+def write_blend(blends: Path, files: list[Path]) -> None:
+    blends.mkdir(parents=True, exist_ok=True)
+    datasets = [{"name": path.stem, "path": str(path), "family": path.stem, "num_shards": 1} for path in files]
+    (blends / f"{BLEND}.yaml").write_text(json.dumps({"on_error": "skip", "datasets": datasets}, indent=1))
+
+
+def read_and_parse(files: list[Path]) -> float:
+    started = time.monotonic()
+    for path in files:
+        for line in path.read_bytes().splitlines():
+            orjson.loads(line)
+    return time.monotonic() - started
+
+
+def measure(tree: Path, blends: Path, jobs: int, rows: int) -> tuple[float, float]:
+    """(rows/s of the harmony_shard step, its peak RSS in MB) of one CLI build with ``--jobs jobs``."""
+    run = run_cli(tree, blends, BLEND, ["--select", "source_split,harmony_shard", "--jobs", str(jobs),
+                                        "--log-level", "WARNING"])
+    print_run(f"--jobs {jobs} ({tree})", run)
+    step = run.steps["harmony_shard"]
+    return rows / step["wall_s"], step["peak_rss_mb"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--row-bytes", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "nemotron-bench-normalize"))
+    parser.add_argument("--compare-tree", default=None, help="another checkout, measured the same way")
     args = parser.parse_args()
 
-    from nemotron_assets.blend import Blend, DatasetEntry
-    from nemotron_assets.posttrain.harmony_shard import build_harmony_shard
-    from nemotron_assets.sources.manifest import build_manifest, read_options
-    from nemotron_assets.sources.readers import ReadStats, iter_record_batches
-
-    work = Path(tempfile.mkdtemp(prefix="nemotron-bench-normalize-"))
-    files = generate(work, args.rows, args.row_bytes)
-    total_bytes = sum(p.stat().st_size for p in files.values())
-    entries = [DatasetEntry(name=f, path=str(p), family=f, num_shards=1) for f, p in files.items()]
-    blend = Blend(name="bench", on_error="skip", datasets=entries)
-    manifests = {e.name: build_manifest(blend, e, work) for e in entries}
-
-    started = time.monotonic()
-    parsed = 0
-    for entry in entries:
-        manifest = manifests[entry.name]
-        for r in manifest.shards[0].ranges:
-            for batch in iter_record_batches(manifest.files[r.file_index], r.row_start, r.row_end,
-                                             read_options(blend, entry), ReadStats()):
-                parsed += len(batch)
-    baseline_s = time.monotonic() - started
-
-    started = time.monotonic()
-    written = source_rows = 0
-    for entry in entries:
-        stats = build_harmony_shard(manifests[entry.name], 0, entry.family, entry.split, read_options(blend, entry),
-                                    work / f"{entry.name}.parquet")
-        written += stats.records
-        source_rows += stats.rows
-    normalize_s = time.monotonic() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-    # The same shards over two worker processes, as two concurrent shard runs would use both cores.
-    started = time.monotonic()
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        jobs = [pool.submit(build_harmony_shard, manifests[e.name], 0, e.family, e.split, read_options(blend, e),
-                            work / f"{e.name}.2.parquet") for e in entries]
-        parallel_rows = sum(job.result().rows for job in jobs)
-    parallel_s = time.monotonic() - started
-    worker_peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-
-    print(f"input: {source_rows:,} rows of {len(files)} families, {total_bytes / 1e6:.1f} MB "
-          f"({total_bytes / source_rows:.0f} B/row); {written:,} rows written")
-    print(f"read + parse only (baseline): {parsed / baseline_s:,.0f} rows/s ({baseline_s:.2f} s)")
-    print(f"normalize to Harmony Parquet: {source_rows / normalize_s:,.0f} rows/s ({normalize_s:.2f} s)")
-    print(f"ratio normalize / read+parse time: {normalize_s / baseline_s:.2f}x")
-    print(f"normalize, 2 worker processes: {parallel_rows / parallel_s:,.0f} rows/s ({parallel_s:.2f} s)")
-    print(f"peak RSS: {peak_mb:.0f} MB (one process), {worker_peak_mb:.0f} MB (largest worker)")
+    cache = Path(args.cache)
+    files = generate(cache / "input", args.rows, args.row_bytes)
+    write_blend(cache / "blends", files)
+    rows = args.rows // len(FAMILIES) * len(FAMILIES)
+    size = sum(path.stat().st_size for path in files)
+    print(f"input: {rows:,} rows of {len(FAMILIES)} families in {len(files)} shards, {size / 1e6:.0f} MB "
+          f"({size / rows:.0f} B/row)")
+    trees = [REPO] + ([Path(args.compare_tree).resolve()] if args.compare_tree else [])
+    for run in range(1, args.runs + 1):
+        print(f"\nrun {run}: read + parse with orjson: {rows / read_and_parse(files):,.0f} rows/s")
+        for tree in trees:
+            one, one_rss = measure(tree, cache / "blends", 1, rows)
+            two, two_rss = measure(tree, cache / "blends", 2, rows)
+            speedup = two / one
+            print(f"\nrun {run}, {tree}: harmony_shard --jobs 1: {one:,.0f} rows/s (peak {one_rss:.0f} MB); "
+                  f"--jobs 2: {two:,.0f} rows/s (peak {two_rss:.0f} MB, largest process)")
+            met = "met" if speedup >= TARGET_SPEEDUP else "NOT met"
+            within = "<=" if max(one_rss, two_rss) <= TARGET_RSS_MB else ">"
+            print(f"  speedup {speedup:.2f}x (target >= {TARGET_SPEEDUP}x: {met}); "
+                  f"peak RSS {within} {TARGET_RSS_MB} MB")
     return 0
 
 

@@ -1,132 +1,189 @@
 #!/usr/bin/env python3
-"""Pretraining benchmark: our real CLI path vs Megatron-LM's own tools, on one JSONL file, in one run.
+"""Pretraining benchmark: our real CLI path vs Megatron-LM's own tools, on one JSONL file, in one invocation.
 
-    .venv/bin/python bench/bench_pretrain.py --input /tmp/corpus/corpus_200mb.jsonl \\
+    .venv/bin/python bench/bench_pretrain.py --input /tmp/corpus/corpus_200mb.jsonl [--scale 5] \\
         [--tokenizer /tmp/tok/llama3] [--megatron-tree /tmp/megatron --megatron-python /tmp/venv-mega/bin/python] \\
-        [--runs 1] [--shard-size 256MB]
+        [--jobs 2,1] [--classic] [--runs 2] [--shard-size 256MB]
 
-Measured for each tool: wall time, tokens/s, tokens per CPU-second (user+sys of the whole process tree)
-and peak RSS (largest single process, and summed over the tree, sampled every 0.2 s). Ours is
-``python -m nemotron_assets materialize`` end to end: a fresh Dagster instance (sqlite), the source split
-(row count + sha256 of the input), tokenizing, the atomic commit and blend.json. Then the tokenize step
-alone: the chosen backend and the hf-tokenizers fall-back on the texts in memory. With a Megatron-LM tree,
-``tools/preprocess_data.py --workers 2`` and ``tools/preprocess_data_fast.py --use-gigatoken`` run on the
-same file and tokenizer, and the outputs are compared byte for byte (concatenated shards vs their file).
-Ratios > 1 mean we are faster. The machine is noisy: compare ratios from the same run, not across runs.
+``--scale N`` benchmarks the input repeated N times (``--scale 5`` of the 200 MB corpus is the 1 GB case: 4 shards
+at the default 256 MB ``shard_size``), written once into the work folder.
+
+Each run measures, per tool: wall time; CPU time of every process it started (user+sys, exact: this script makes
+itself the child subreaper, so processes whose parent exits first, such as the CLI's fork server and its workers,
+are reaped here and counted); CPU utilization (CPU seconds per wall second, in cores); the peak RSS of its largest
+single process (``ru_maxrss`` of each reaped process); and the CPU time other processes on the machine used
+meanwhile (``/proc/stat``), because this machine is shared. Before each measurement it waits (up to
+``--quiet-wait`` seconds) for the machine to be idle. Tools take turns within a run, so a ratio compares
+measurements taken under the same conditions.
+
+Ours is ``python -m nemotron_assets materialize`` end to end, once per ``--jobs`` value: a fresh Dagster instance
+(sqlite), the source split (row count + sha256 of the input), tokenizing, the atomic commits, the shard checks and
+blend.json. With a Megatron-LM tree, ``tools/preprocess_data_fast.py --use-gigatoken`` runs on the same file and
+tokenizer (``--classic`` adds ``tools/preprocess_data.py --workers 2``, ~7 minutes on 1 GB). Every output is
+compared with Megatron's: our shards' ``.bin`` concatenated must equal its ``.bin`` byte for byte, and our
+sequence lengths and document boundaries, shard after shard, its ``.idx``. Ratios > 1 mean we are faster.
+The tokenize step alone (texts in memory) is measured last, on the input as given (not scaled).
 """
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+FAST = "megatron preprocess_data_fast --use-gigatoken"
+CLASSIC = "megatron preprocess_data --workers 2"
 
 
-def tree_rss_kb(root: int) -> tuple[int, int]:
-    """(largest single RSS, summed RSS) of a process and its descendants, in kB."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                parents[int(entry)] = int(stat[stat.rfind(")") + 2:].split()[1])
-            except OSError:
-                continue
-    tree, todo = {root}, [root]
-    while todo:
-        pid = todo.pop()
-        for child, parent in parents.items():
-            if parent == pid and child not in tree:
-                tree.add(child)
-                todo.append(child)
-    sizes = []
-    for pid in tree:
+# --- measuring a process tree ------------------------------------------------------------------------------
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has been busy (user, nice, system, irq, softirq, steal) since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_quiet(limit_s: float, threshold_cores: float = 0.15) -> float:
+    """Wait until other processes use less than ``threshold_cores`` over 2 s, at most ``limit_s``; the last load."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        before = busy_cpu_seconds()
+        time.sleep(2)
+        load = (busy_cpu_seconds() - before) / 2
+        if load < threshold_cores or time.monotonic() >= deadline:
+            return load
+
+
+def measure(cmd: list[str], env: dict, cwd: Path, log: Path) -> dict:
+    """Run ``cmd`` and every process it starts to the end; wall, CPU and peak RSS; raise if it fails.
+
+    Each reaped process's ``rusage`` covers itself and the children it reaped, so summing the rusage of the
+    processes this script reaps counts every process once; ``ru_maxrss`` is a per-process maximum."""
+    machine_before, started = busy_cpu_seconds(), time.monotonic()
+    with open(log, "wb") as out:
+        process = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    cpu, peak_kb, wall = 0.0, 0, 0.0
+    while True:
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    sizes.append(int(line.split()[1]))
-        except OSError:
-            continue
-    return (max(sizes) if sizes else 0), sum(sizes)
-
-
-def measure(cmd: list[str], env: dict, cwd: Path) -> dict:
-    """Run a command; wall seconds, CPU seconds of the tree, peak RSS; raise if it fails."""
-    before = os.times()
-    started = time.monotonic()
-    process = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = {"single": 0, "sum": 0}
-
-    def sample() -> None:
-        while process.poll() is None:
-            single, total = tree_rss_kb(process.pid)
-            peak["single"], peak["sum"] = max(peak["single"], single), max(peak["sum"], total)
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    output, _ = process.communicate()
-    wall = time.monotonic() - started
-    sampler.join()
-    after = os.times()
+            child, child_status, usage = os.wait4(-1, 0)  # also the orphans handed to this subreaper
+        except ChildProcessError:
+            break  # nothing left: the command and everything it started have ended
+        cpu += usage.ru_utime + usage.ru_stime
+        peak_kb = max(peak_kb, usage.ru_maxrss)
+        if child == process.pid:
+            process.returncode, wall = os.waitstatus_to_exitcode(child_status), time.monotonic() - started
+    machine_cpu = busy_cpu_seconds() - machine_before
     if process.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({process.returncode}):\n{output[-4000:]}")
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak["single"] / 1024, "peak_tree_rss_mb": peak["sum"] / 1024,
-            "output": output}
+        raise SystemExit(f"{' '.join(cmd)} failed ({process.returncode}):\n{log.read_text(errors='replace')[-4000:]}")
+    return {"wall_s": wall, "cpu_s": cpu, "cpu_util": cpu / wall, "peak_rss_mb": peak_kb / 1024,
+            "background_cores": max(0.0, machine_cpu - cpu) / wall}
 
 
-def run_ours(args, work: Path, tokens_out: dict) -> dict:
+# --- the tools ---------------------------------------------------------------------------------------------
+def run_ours(args, work: Path, input_path: Path, jobs: int) -> tuple[dict, list[str]]:
+    """The CLI on a fresh instance and data root; (measurements, shard prefixes in order)."""
     blends, home, data = work / "blends", work / "dagster_home", work / "data"
-    for folder in (blends, home):
-        folder.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(data, ignore_errors=True)
     shutil.rmtree(home, ignore_errors=True)
+    blends.mkdir(parents=True, exist_ok=True)
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     (blends / "bench.yaml").write_text(json.dumps({
         "tokenizer_model": args.tokenizer, "shard_size": args.shard_size,
-        "datasets": [{"name": "corpus", "path": str(Path(args.input).resolve())}]}))
+        "datasets": [{"name": "corpus", "path": str(input_path)}]}))
     env = dict(os.environ, NEMOTRON_BLENDS_DIR=str(blends), DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(data))
-    result = measure([sys.executable, "-m", "nemotron_assets", "materialize", "bench", "--log-level", "WARNING"],
-                     env, REPO)
+    cmd = [sys.executable, "-m", "nemotron_assets", "materialize", "bench", "--log-level", "WARNING",
+           "--jobs", str(jobs)]
+    result = measure(cmd, env, REPO, work / f"ours_jobs{jobs}.log")
     receipts = sorted((data / "bench" / "pretrain" / "corpus").glob("shard_*.json"))
-    tokens_out["tokens"] = sum(json.loads(r.read_text())["stats"]["tokens"] for r in receipts)
-    tokens_out["prefixes"] = [str(r)[: -len(".json")] for r in receipts]
-    tokens_out["backend"] = json.loads(receipts[0].read_text())["stats"]["backend"]
-    return result
+    result["tokens"] = sum(json.loads(r.read_text())["stats"]["tokens"] for r in receipts)
+    result["backend"] = json.loads(receipts[0].read_text())["stats"]["backend"]
+    result["shards"] = len(receipts)
+    return result, [str(r)[: -len(".json")] for r in receipts]
 
 
-def run_megatron(args, work: Path, fast: bool) -> tuple[dict, str]:
+def keep_outputs(prefixes: list[str], folder: Path) -> list[str]:
+    """Move one run's shards aside (the next run of ours starts from an empty data root)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    kept = []
+    for prefix in prefixes:
+        target = folder / Path(prefix).name
+        for ext in (".bin", ".idx"):
+            os.replace(f"{prefix}{ext}", f"{target}{ext}")
+        kept.append(str(target))
+    return kept
+
+
+def run_megatron(args, work: Path, input_path: Path, fast: bool) -> tuple[dict, str]:
     prefix = work / ("megatron_fast" if fast else "megatron_classic")
     for ext in ("_text_document.bin", "_text_document.idx"):
         Path(f"{prefix}{ext}").unlink(missing_ok=True)
     tool = "tools/preprocess_data_fast.py" if fast else "tools/preprocess_data.py"
-    cmd = [args.megatron_python, tool, "--input", str(Path(args.input).resolve()), "--output-prefix", str(prefix),
+    cmd = [args.megatron_python, tool, "--input", str(input_path), "--output-prefix", str(prefix),
            "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", args.tokenizer,
            "--json-keys", "text", "--append-eod"]
     cmd += ["--use-gigatoken"] if fast else ["--workers", "2"]
     shim = args.megatron_shim
     env = dict(os.environ, PYTHONPATH=f"{shim}:{args.megatron_tree}" if shim else args.megatron_tree,
                PYTHONWARNINGS="ignore")
-    return measure(cmd, env, Path(args.megatron_tree)), f"{prefix}_text_document"
+    log = work / f"{prefix.name}.log"
+    return measure(cmd, env, Path(args.megatron_tree), log), f"{prefix}_text_document"
 
 
-def same_as_megatron(our_prefixes: list[str], megatron_prefix: str) -> bool:
-    """Our shards, concatenated, are byte-identical to Megatron's single dataset (bin; idx when 1 shard)."""
-    ours = b"".join(Path(f"{p}.bin").read_bytes() for p in our_prefixes)
-    if ours != Path(f"{megatron_prefix}.bin").read_bytes():
-        return False
-    if len(our_prefixes) == 1:
-        return Path(f"{our_prefixes[0]}.idx").read_bytes() == Path(f"{megatron_prefix}.idx").read_bytes()
-    return True
+# --- comparing outputs -------------------------------------------------------------------------------------
+def read_idx(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sequence lengths, document indices) of an MMIDIDX v1 file, read from its documented layout."""
+    data = Path(path).read_bytes()
+    magic, version, _dtype, sequences, documents = struct.unpack_from("<9sQBQQ", data, 0)
+    assert magic == b"MMIDIDX\x00\x00" and version == 1, f"{path}: not an MMIDIDX v1 index"
+    offset = struct.calcsize("<9sQBQQ")
+    lengths = np.frombuffer(data, "<i4", sequences, offset)
+    doc_indices = np.frombuffer(data, "<i8", documents, offset + 12 * sequences)
+    return lengths, doc_indices
+
+
+def same_bin(our_prefixes: list[str], other_prefix: str, chunk: int = 64 << 20) -> bool:
+    """Our .bin files, concatenated, equal the other .bin byte for byte (streamed: 1 GB files stay on disk)."""
+    with open(f"{other_prefix}.bin", "rb") as other:
+        for prefix in our_prefixes:
+            with open(f"{prefix}.bin", "rb") as ours:
+                while block := ours.read(chunk):
+                    if other.read(len(block)) != block:
+                        return False
+        return other.read(1) == b""
+
+
+def same_index(our_prefixes: list[str], other_prefix: str) -> bool:
+    """Our shards' sequence lengths and document boundaries, one shard after the other, equal the other index."""
+    lengths, boundaries, sequences = [], [np.zeros(1, dtype=np.int64)], 0
+    for prefix in our_prefixes:
+        shard_lengths, shard_docs = read_idx(f"{prefix}.idx")
+        lengths.append(shard_lengths)
+        boundaries.append(shard_docs[1:] + sequences)
+        sequences += len(shard_lengths)
+    other_lengths, other_docs = read_idx(f"{other_prefix}.idx")
+    return (np.array_equal(np.concatenate(lengths), other_lengths)
+            and np.array_equal(np.concatenate(boundaries), other_docs))
+
+
+def same_dataset(our_prefixes: list[str], other: list[str] | str) -> bool:
+    """Against another build of ours (a list of prefixes): the same files; against Megatron's single dataset: the
+    same bytes and documents, our shards one after the other."""
+    if isinstance(other, list):
+        return len(our_prefixes) == len(other) and all(
+            Path(f"{a}{ext}").read_bytes() == Path(f"{b}{ext}").read_bytes()
+            for a, b in zip(our_prefixes, other) for ext in (".idx", ".bin"))
+    return same_bin(our_prefixes, other) and same_index(our_prefixes, other)
 
 
 def tokenize_step(args) -> dict:
@@ -149,59 +206,110 @@ def tokenize_step(args) -> dict:
     return result
 
 
+def scaled_input(source: Path, scale: int, work: Path) -> Path:
+    """``source`` repeated ``scale`` times (1: the file itself)."""
+    if scale == 1:
+        return source.resolve()
+    target = work / f"{source.stem}_x{scale}.jsonl"
+    with open(target, "wb") as out:
+        for _ in range(scale):
+            with open(source, "rb") as part:
+                shutil.copyfileobj(part, out, 16 << 20)
+    return target
+
+
+# --- main --------------------------------------------------------------------------------------------------
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help="a JSONL file with a 'text' field")
+    parser.add_argument("--scale", type=int, default=1, help="benchmark the input repeated this many times")
     parser.add_argument("--tokenizer", default="llama3", help="tokenizer folder (or 'llama3', the bundled one)")
     parser.add_argument("--shard-size", default="256MB")
+    parser.add_argument("--jobs", default="2,1", help="--jobs values of our CLI to measure, comma-separated")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--megatron-tree", default=None, help="Megatron-LM source tree (enables the baselines)")
     parser.add_argument("--megatron-python", default="/tmp/venv-mega/bin/python")
     parser.add_argument("--megatron-shim", default="/tmp/shim312", help="PYTHONPATH shim for typing.override")
+    parser.add_argument("--classic", action="store_true", help="also run Megatron's tools/preprocess_data.py")
+    parser.add_argument("--quiet-wait", type=float, default=60.0, help="seconds to wait for an idle machine")
     parser.add_argument("--skip-tokenize-step", action="store_true")
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--work-dir", default=None, help="where inputs and outputs go (default: a temp folder)")
     args = parser.parse_args()
     if args.megatron_tree and args.tokenizer == "llama3":
         raise SystemExit("give --tokenizer as a folder Megatron can load too (e.g. /tmp/tok/llama3)")
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed: CPU times of orphaned processes would be lost")
 
-    work = Path(tempfile.mkdtemp(prefix="nemotron-bench-"))
-    rows, results = [], {}
-    size = os.path.getsize(args.input)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="nemotron-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    input_path = scaled_input(Path(args.input), args.scale, work)
+    size = input_path.stat().st_size
+    with open(input_path, "rb") as f:  # into the page cache, as for every tool after the first
+        while f.read(64 << 20):
+            pass
+    jobs_values = [int(j) for j in args.jobs.split(",")]
+    rows, results = [], {"input_bytes": size, "runs": []}
     for run in range(1, args.runs + 1):
-        info: dict = {}
-        ours = run_ours(args, work, info)
-        tokens = info["tokens"]
-        rows.append(("nemotron_assets materialize", run, ours, tokens))
-        results.setdefault("ours", []).append(ours["wall_s"])
+        measured: dict[str, dict] = {}
+        outputs: dict[str, list[str] | str] = {}
+        for jobs in jobs_values:
+            name = f"nemotron_assets materialize --jobs {jobs}"
+            load = wait_quiet(args.quiet_wait)
+            measured[name], prefixes = run_ours(args, work, input_path, jobs)
+            measured[name]["load_before"] = load
+            outputs[name] = keep_outputs(prefixes, work / f"ours_jobs{jobs}")
         if args.megatron_tree:
-            for fast in (True, False):
-                measured, prefix = run_megatron(args, work, fast)
-                name = ("megatron preprocess_data_fast --use-gigatoken" if fast
-                        else "megatron preprocess_data --workers 2")
-                rows.append((name, run, measured, tokens))
-                results.setdefault("fast" if fast else "classic", []).append(measured["wall_s"])
-                identical = same_as_megatron(info["prefixes"], prefix)
-                print(f"run {run}: our shards vs {name}: {'byte-identical' if identical else 'DIFFERENT'}")
-                results.setdefault("identical", []).append(identical)
-    print(f"\ninput {args.input}: {size / 1e6:.1f} MB, {tokens:,} tokens; our backend: {info['backend']}\n")
-    print(f"{'tool':48} {'run':>3} {'wall s':>7} {'M tok/s':>8} {'M tok/CPU-s':>11} "
-          f"{'peak RSS MB':>11} {'tree RSS MB':>11}")
-    for name, run, m, tokens in rows:
-        print(f"{name:48} {run:>3} {m['wall_s']:>7.2f} {tokens / m['wall_s'] / 1e6:>8.2f} "
-              f"{tokens / m['cpu_s'] / 1e6:>11.2f} {m['peak_rss_mb']:>11.0f} {m['peak_tree_rss_mb']:>11.0f}")
-    best = min(results["ours"])
-    for other in ("fast", "classic"):
-        if other in results:
-            print(f"ratio {other} wall / ours wall (best of {args.runs}): {min(results[other]) / best:.2f}")
+            for fast in (True, False) if args.classic else (True,):
+                name = FAST if fast else CLASSIC
+                load = wait_quiet(args.quiet_wait)
+                measured[name], outputs[name] = run_megatron(args, work, input_path, fast)
+                measured[name]["load_before"] = load
+        ours = [n for n in measured if n.startswith("nemotron_assets")]
+        megatron = [n for n in measured if n.startswith("megatron")]
+        reference = megatron[0] if megatron else ours[0]
+        tokens = measured[ours[0]]["tokens"]
+        for name, m in measured.items():
+            if name == reference:
+                m["identical"] = True
+            elif name in ours:  # vs Megatron's file, or (without Megatron) vs our first build, file for file
+                m["identical"] = same_dataset(outputs[name], outputs[reference])
+            else:  # Megatron's classic tool vs our first build
+                m["identical"] = same_dataset(outputs[ours[0]], outputs[name])
+            rows.append((name, run, m))
+        results["runs"].append(measured)
+        print(f"run {run}: " + "; ".join(f"{n}: {m['wall_s']:.2f} s" for n, m in measured.items()), flush=True)
+
+    first = results["runs"][0][ours[0]]
+    print(f"\ninput {input_path}: {size / 1e6:.1f} MB ({args.scale}x {args.input}), {tokens:,} tokens, "
+          f"{first['shards']} shard(s) of ours; our backend: {first['backend']}; reference for identity: "
+          f"{reference}\n")
+    header = (f"{'tool':47} {'run':>3} {'wall s':>7} {'CPU s':>7} {'CPU util':>8} {'M tok/s':>8} "
+              f"{'peak RSS MB':>11} {'bg cores':>8} {'identical':>9}")
+    print(header)
+    for name, run, m in rows:
+        print(f"{name:47} {run:>3} {m['wall_s']:>7.2f} {m['cpu_s']:>7.2f} {100 * m['cpu_util']:>7.0f}% "
+              f"{tokens / m['wall_s'] / 1e6:>8.2f} {m['peak_rss_mb']:>11.0f} {m['background_cores']:>8.2f} "
+              f"{'yes' if m['identical'] else 'NO':>9}")
+    print("\nCPU util: CPU seconds of every process of the tool per wall second (200% = both cores); peak RSS: its "
+          "largest single process; bg cores: other processes' CPU use during the run (a busy machine slows every "
+          "tool).")
+    for name in ours:
+        for other in measured:
+            if other.startswith("megatron"):
+                per_run = [r[other]["wall_s"] / r[name]["wall_s"] for r in results["runs"]]
+                print(f"ratio {other} wall / {name} wall: per run "
+                      f"{', '.join(f'{x:.2f}' for x in per_run)}")
     if not args.skip_tokenize_step:
         step = tokenize_step(args)
         for backend, rate in step.items():
-            print(f"tokenize step alone, {backend}: {rate / 1e6:.2f} M tokens/s")
+            print(f"tokenize step alone ({args.input}), {backend}: {rate / 1e6:.2f} M tokens/s")
         results["tokenize_step_tokens_per_s"] = step
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(results, indent=1))
-    shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(results.get("identical", [True])) else 1
+    if not args.work_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(m["identical"] for _, _, m in rows) else 1
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@
   or failed), except those a run is building now. Runs cover at most ``SHARDS_PER_RUN`` contiguous partitions,
   like the CLI and the backfill policy, because a run per shard costs seconds of overhead. It is written by
   hand because ``build_schedule_from_partitioned_job`` rejects dynamic partitions. A blend with Harmony
-  datasets gets the same schedule for its Harmony shards, ``<blend>__nightly_missing_harmony_shards``.
+  datasets gets the same schedule for its Harmony shards, ``<blend>__nightly_missing_harmony_shards``, and one with
+  JSONL (transform) datasets for its JSONL shards, ``<blend>__nightly_missing_jsonl_shards``.
 - Sensor ``<blend>__post_training_automation`` (off until turned on) evaluates the eager automation condition
-  of the dedup results, pools, embedding views and behavior report: once their upstream shards were
-  rebuilt, it requests them, and each step rebuilds only what its receipts call stale.
+  of the dedup results, pools, embedding views and behavior report (and, with an ``sft:`` section, the SFT samples,
+  plan, packed shards and manifest): once their upstream shards were rebuilt, it requests them, and each step
+  rebuilds only what its receipts call stale.
 
 All of them only read listings and the instance; the runs do the work.
 """
@@ -31,17 +33,20 @@ import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from nemotron_assets.assets.harmony import HarmonyAssets
+from nemotron_assets.assets.jsonl import JsonlAssets
 from nemotron_assets.assets.pretrain import PretrainAssets
+from nemotron_assets.assets.sft import SftAssets
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
 from nemotron_assets.layout import ShardKey
 from nemotron_assets.partitions import SHARDS_PER_RUN, contiguous_ranges
+from nemotron_assets.posttrain.jsonl_step import jsonl_freshness
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
 from nemotron_assets.records import SourceManifest, read_manifest
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.run_history import partition_statuses
 from nemotron_assets.sources.discovery import resolve_files
-from nemotron_assets.status import HARMONY, PRETRAIN, ShardKind, harmony_freshness, shard_freshness
+from nemotron_assets.status import HARMONY, JSONL, PRETRAIN, ShardKind, harmony_freshness, shard_freshness
 from nemotron_assets.storage import Storage
 
 NIGHTLY_CRON = "0 2 * * *"
@@ -101,8 +106,12 @@ def shards_to_build(instance: dg.DagsterInstance, store: Storage, blend: Blend, 
         if manifest is None or shard.index >= len(manifest.shards):
             wanted.append(key)
             continue
-        state = (shard_freshness(store, blend, blend.name, manifest, shard.index, tokenizer) if kind is PRETRAIN
-                 else harmony_freshness(store, blend, blend.name, manifest, shard.index))
+        if kind is PRETRAIN:
+            state = shard_freshness(store, blend, blend.name, manifest, shard.index, tokenizer)
+        elif kind is JSONL:
+            state = jsonl_freshness(store, blend, blend.name, manifest, shard.index)
+        else:
+            state = harmony_freshness(store, blend, blend.name, manifest, shard.index)
         if not state.done:
             wanted.append(key)
     return wanted
@@ -111,8 +120,8 @@ def shards_to_build(instance: dg.DagsterInstance, store: Storage, blend: Blend, 
 def nightly_missing_shards_schedule(blend: Blend, kind: ShardKind, shard_asset: dg.AssetsDefinition,
                                     partitions: dg.DynamicPartitionsDefinition) -> dg.ScheduleDefinition:
     """Pretraining shards: ``<blend>__nightly_missing_shards``; Harmony shards:
-    ``<blend>__nightly_missing_harmony_shards``."""
-    suffix = "nightly_missing_shards" if kind is PRETRAIN else "nightly_missing_harmony_shards"
+    ``<blend>__nightly_missing_harmony_shards``; JSONL shards: ``<blend>__nightly_missing_jsonl_shards``."""
+    suffix = "nightly_missing_shards" if kind is PRETRAIN else f"nightly_missing_{kind.path}_shards"
     name = f"{blend.name}__{suffix}"
 
     @dg.schedule(cron_schedule=NIGHTLY_CRON, name=name, target=shard_asset,
@@ -134,18 +143,22 @@ def nightly_missing_shards_schedule(blend: Blend, kind: ShardKind, shard_asset: 
     return schedule
 
 
-def post_training_automation_sensor(blend: Blend, harmony: HarmonyAssets) -> dg.AutomationConditionSensorDefinition:
+def post_training_automation_sensor(blend: Blend, harmony: HarmonyAssets,
+                                    sft: SftAssets | None = None) -> dg.AutomationConditionSensorDefinition:
     """Evaluates the post-training assets' ``AutomationCondition`` (rebuild once inputs changed); stopped by
     default, so nothing runs by itself until you start it (UI: Automation, or ``dagster sensor start``)."""
+    target = harmony.rebuilt_when_inputs_change + (sft.rebuilt_when_inputs_change if sft else [])
     return dg.AutomationConditionSensorDefinition(
-        f"{blend.name}__post_training_automation", target=harmony.rebuilt_when_inputs_change,
+        f"{blend.name}__post_training_automation", target=target,
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description=f"Rebuilds {blend.name}'s dedup results, pools, views and behavior report after their inputs "
-                    "changed (each step finds what is still up to date).")
+        description=f"Rebuilds {blend.name}'s dedup results, pools, views and behavior report"
+                    + (" and packed SFT" if sft else "") + " after their inputs changed (each step finds what is "
+                    "still up to date).")
 
 
 def blend_automation(
         blends: list[tuple[Path, Blend]], pipelines: dict[str, PretrainAssets], harmony: dict[str, HarmonyAssets],
+        jsonl: dict[str, JsonlAssets] | None = None, sft: dict[str, SftAssets] | None = None,
 ) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
     """The sensors and schedules of every blend, for ``Definitions(sensors=..., schedules=...)``: the new-files
     sensor, a nightly schedule per kind of shards the blend has, and the post-training automation sensor."""
@@ -161,5 +174,8 @@ def blend_automation(
             assets = harmony[blend.name]
             schedules.append(nightly_missing_shards_schedule(blend, HARMONY, assets.harmony_shard,
                                                              assets.shard_partitions))
-            sensors.append(post_training_automation_sensor(blend, assets))
+            sensors.append(post_training_automation_sensor(blend, assets, (sft or {}).get(blend.name)))
+        if jsonl and blend.name in jsonl:
+            schedules.append(nightly_missing_shards_schedule(blend, JSONL, jsonl[blend.name].jsonl_shard,
+                                                             jsonl[blend.name].shard_partitions))
     return sensors, schedules

@@ -8,7 +8,10 @@
 
 ``materialize`` builds a whole blend, or the selected assets / one partition of it, as real Dagster runs in
 the instance of ``DAGSTER_HOME`` (default: this checkout's ``dagster_home/``): first the source splits (they
-plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend. ``--scale`` and
+plan the shards), then the shards in runs of up to ``--shards-per-run``, then the Megatron blend (and, for
+post-training data, what follows the Harmony shards; with a ``scoring:`` section, the NLL scores, embeddings,
+selections and near-duplicate report; the JSONL shards and their manifest; with an ``sft:`` section,
+the SFT samples, plan, packed shards and manifest). ``--scale`` and
 ``--max-rows`` build a *sample* under ``<root>/<blend>/samples/<sample>/`` through the sample twin assets, never
 touching the full build. With ``NEMOTRON_DEPLOYMENT=cluster`` the runs are launched through the instance's run
 launcher (Ray) instead of executed here. ``status`` shows per dataset the shards planned / done / stale / failed /
@@ -28,9 +31,13 @@ from pathlib import Path
 from nemotron_assets import settings
 
 ASSET_NAMES = ("source_split", "pretrain_shard", "megatron_blend", "harmony_shard", "harmony_dedup",
-               "candidate_pool", "embedding_view", "behavior_report")
-SHARD_ASSETS = {"pretrain_shard": "pretrain", "harmony_shard": "harmony"}
-SKIPPED_ROWS_ASSETS = ("pretrain_shard", "harmony_shard")
+               "candidate_pool", "embedding_view", "behavior_report", "nll_scores", "embeddings", "selected_pool",
+               "near_duplicate_report", "jsonl_shard", "jsonl_manifest", "sft_samples", "sft_plan", "sft_packed",
+               "sft_manifest")
+SCORING_ASSETS = ("nll_scores", "embeddings", "selected_pool", "near_duplicate_report")  # with a scoring: section
+SHARD_ASSETS = {"pretrain_shard": "pretrain", "harmony_shard": "harmony", "jsonl_shard": "jsonl",
+                "sft_samples": "harmony", "sft_packed": "sft"}
+SKIPPED_ROWS_ASSETS = ("pretrain_shard", "harmony_shard", "jsonl_shard")
 AUTO_PARALLEL_BYTES = 64 << 20  # below this much input, a step runs in this process: workers cost seconds to start
 
 
@@ -154,10 +161,17 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
     keys = {name: dg.AssetKey(scope.key(name)) for name in ASSET_NAMES}
     run_config = _run_config(repo, keys, args, request.steps)
     tags = _run_tags(sample)
-    text = [e.name for e in blend.entries() if not e.family]
-    family = [e.name for e in blend.entries() if e.family]
-    wanted = {"source_split": text + family, "pretrain_shard": text, "megatron_blend": text, "harmony_shard": family,
-              "harmony_dedup": family, "candidate_pool": family, "embedding_view": family, "behavior_report": family}
+    text = [e.name for e in blend.datasets_of("pretrain")]
+    family = [e.name for e in blend.datasets_of("harmony")]
+    transformed = [e.name for e in blend.datasets_of("jsonl")]
+    wanted = {"source_split": text + family + transformed, "pretrain_shard": text, "megatron_blend": text,
+              "harmony_shard": family, "harmony_dedup": family, "candidate_pool": family, "embedding_view": family,
+              "behavior_report": family, "jsonl_shard": transformed, "jsonl_manifest": transformed}
+    packed_sft = family if blend.sft is not None else []  # packed SFT: the family datasets' rows, then the splits
+    wanted.update({"sft_samples": packed_sft, "sft_plan": packed_sft, "sft_manifest": packed_sft,
+                   "sft_packed": ["train", "valid", "test"] if packed_sft else []})
+    scored = list(blend.scoring.pools) if blend.scoring is not None and family else []  # scoring: after the pools
+    wanted.update({step: scored for step in SCORING_ASSETS})
     if request.dataset is not None:
         wanted = {step: [d for d in datasets if d == request.dataset] for step, datasets in wanted.items()}
     if sample is not None:  # the sample twins' own partitions, registered before their runs
@@ -167,12 +181,19 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
             instance.add_dynamic_partitions(sample_partitions_name(blend.name, what),
                                             [scope.qualify(sample, name) for name in names])
         instance.add_dynamic_partitions(sample_partitions_name(blend.name, "blend"), [sample])
+        if scored:
+            from nemotron_assets.scoring.inputs import embedding_partitions
+
+            for what, names in (("scored_views", embedding_partitions(blend.scoring)),
+                                ("selections", blend.scoring.selections())):
+                instance.add_dynamic_partitions(sample_partitions_name(blend.name, what),
+                                                [scope.qualify(sample, name) for name in names])
 
     def jobs_for(step: str) -> int:
         """--jobs, or by default every core for a step that reads enough input to pay for its workers."""
         if args.jobs is not None:
             return args.jobs
-        datasets = wanted[step] if step != "source_split" else []
+        datasets = packed_sft if step.startswith("sft_") else wanted[step] if step != "source_split" else []
         planned = sum(_planned_bytes(store, scope.base(sample), d) for d in datasets)
         return (os.cpu_count() or 1) if planned >= AUTO_PARALLEL_BYTES else 1
 
@@ -187,6 +208,8 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
             return [[target]]
         mine = [k for k in known if scope.split(k)[0] == sample
                 and scope.split(k)[1].split("/")[0] in wanted[step]]
+        if not mine and step == "sft_packed":
+            return []  # the plan packed nothing: the manifest says so
         if not mine:
             raise UsageError(f"no {step} partitions for {blend.name}: materialize its source_split first")
         per_run = min(args.shards_per_run or SHARDS_PER_RUN, math.ceil(len(mine) / jobs_for(step)))  # one per worker
@@ -201,12 +224,18 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
             continue  # e.g. no family datasets: no Harmony path
         if step in SHARD_ASSETS:
             partition_runs = shard_runs(step)
+            if not partition_runs:
+                continue
         elif step in ("source_split", "harmony_dedup"):
             partition_runs = split(step, [scope.qualify(sample, d) for d in wanted[step]])
         elif step in ("candidate_pool", "embedding_view"):
             from nemotron_assets.posttrain.pools import POOL_NAMES
 
             partition_runs = split(step, [scope.qualify(sample, pool) for pool in POOL_NAMES])
+        elif step in SCORING_ASSETS and step != "near_duplicate_report":
+            partition_runs = [_scoring_partitions(instance, blend, scope, sample, step)]  # one run: one model load
+            if not partition_runs[0]:
+                continue
         else:
             partition_runs = [[sample] if sample else None]
         new = _execute_runs(origin, repo, instance, keys[step], step, partition_runs, run_config, tags, cluster,
@@ -214,6 +243,20 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
         request.outcomes.extend(new)
         if not all(o.success for o in new):
             break
+
+
+def _scoring_partitions(instance, blend, scope, sample: str | None, step: str) -> list[str]:
+    """The partitions a scoring step runs: the scored pools' parts candidate_pool registered, every view of them, or
+    every selection."""
+    from nemotron_assets.assets.scoring_parts import pool_parts_partitions_name
+    from nemotron_assets.scoring.inputs import embedding_partitions
+
+    if step == "nll_scores":
+        known = instance.get_dynamic_partitions(pool_parts_partitions_name(scope))
+        return [k for k in known if scope.split(k)[0] == sample and scope.split(k)[1].split("/")[0]
+                in blend.scoring.pools]
+    names = embedding_partitions(blend.scoring) if step == "embeddings" else blend.scoring.selections()
+    return [scope.qualify(sample, name) for name in names]
 
 
 def _summarize(request: Request, instance, started: float) -> int:
@@ -301,7 +344,7 @@ def _skipped_rows(instance, run_ids: list[str]) -> int:
 
 def _selection(select: str | None, partition: str | None) -> list[str]:
     if select is None:
-        chosen = ["source_split", "pretrain_shard", "harmony_shard"] if partition else list(ASSET_NAMES)
+        chosen = ["source_split", "pretrain_shard", "harmony_shard", "jsonl_shard"] if partition else list(ASSET_NAMES)
         return [name for name in ASSET_NAMES if name in chosen]
     chosen = [s.strip().split("/")[-1] for s in select.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in ASSET_NAMES]
@@ -335,7 +378,9 @@ def _run_config(repo, keys: dict, args: argparse.Namespace, steps: list[str]) ->
     step_config = {"pretrain_shard": {"force": args.force, "tokenizer_backend": args.tokenizer_backend},
                    "megatron_blend": {"allow_missing_shards": False}}
     step_config.update({step: {"force": args.force} for step in ("harmony_shard", "harmony_dedup", "candidate_pool",
-                                                                 "embedding_view", "behavior_report")})
+                                                                 "embedding_view", "behavior_report", "jsonl_shard",
+                                                                 "jsonl_manifest", "sft_samples", "sft_plan",
+                                                                 "sft_packed", "sft_manifest", *SCORING_ASSETS)})
     ops = {repo.assets_defs_by_key[keys[step]].op.name: {"config": config} for step, config in step_config.items()
            if step in steps and keys[step] in repo.assets_defs_by_key}
     config = {"ops": ops, "execution": {"config": {args.executor: {}}}}

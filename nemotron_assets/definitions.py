@@ -16,7 +16,10 @@ import dagster as dg
 
 from nemotron_assets import settings
 from nemotron_assets.assets.harmony import HarmonyAssets, build_harmony_assets
+from nemotron_assets.assets.jsonl import JsonlAssets, build_jsonl_assets
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
+from nemotron_assets.assets.scoring import build_scoring_assets
+from nemotron_assets.assets.sft import SftAssets, build_sft_assets
 from nemotron_assets.automation import blend_automation
 from nemotron_assets.blend import BrokenBlend, load_blend_folder
 from nemotron_assets.cli_console import compact_console
@@ -36,19 +39,33 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
     folder = load_blend_folder(blends_dir or settings.blends_dir())
     pipelines: dict[str, PretrainAssets] = {}
     harmony: dict[str, HarmonyAssets] = {}
+    jsonl: dict[str, JsonlAssets] = {}
+    sft: dict[str, SftAssets] = {}
     assets: list = []
     for path, blend in folder.blends:
         for scope in (Scope(blend.name), Scope(blend.name, samples=True)):
             pipeline = build_pretrain_assets(blend, path, scope)
             assets += pipeline.definitions  # the source split; the Megatron shards if the blend has text datasets
-            if any(e.family for e in blend.entries()):
+            if blend.datasets_of("harmony"):
                 post_training = build_harmony_assets(blend, pipeline.source_split, scope)
                 assets += post_training.definitions
                 if not scope.samples:
                     harmony[blend.name] = post_training
+                if blend.scoring is not None:  # no torch here: the scoring steps load it when they run
+                    assets += build_scoring_assets(blend, post_training, scope).definitions
+                if blend.sft is not None:
+                    packed = build_sft_assets(blend, post_training, scope)
+                    assets += packed.definitions
+                    if not scope.samples:
+                        sft[blend.name] = packed
+            if blend.datasets_of("jsonl"):
+                transformed = build_jsonl_assets(blend, pipeline.source_split, scope)
+                assets += transformed.definitions
+                if not scope.samples:
+                    jsonl[blend.name] = transformed
             if not scope.samples:
                 pipelines[blend.name] = pipeline
-    sensors, schedules = blend_automation(folder.blends, pipelines, harmony)
+    sensors, schedules = blend_automation(folder.blends, pipelines, harmony, jsonl, sft)
     storage = StorageResource.from_environment(data_root or settings.data_root())
     return dg.Definitions(
         assets=assets + [broken_blend_asset(bad) for bad in folder.broken],

@@ -5,7 +5,10 @@ The full build of a blend partitions its assets as the outputs are laid out (lay
     <blend>/source_split      one partition per dataset            wiki
     <blend>/pretrain_shard    one per pretraining shard (dynamic)  wiki/shard_00000   <blend>__pretrain_shards
     <blend>/harmony_shard     one per post-training shard (dynamic)                    <blend>__harmony_shards
+    <blend>/jsonl_shard       one per JSONL dataset shard (dynamic)                    <blend>__jsonl_shards
+    <blend>/sft_packed        one per packed SFT shard (dynamic)   train/shard_00000  <blend>__sft_shards
     <blend>/megatron_blend    unpartitioned
+    <blend>/nll_scores        one per part of a scored pool (dynamic) tool_use/part-00000 <blend>__scored_pool_parts
 
 Samples (``--scale tiny|small``, ``--max-rows N``) have twin assets ``<blend>/samples/<asset>`` in the group
 ``<blend>_samples``, so building a sample never changes what the UI shows of the full build. Every twin is
@@ -34,6 +37,22 @@ def pretrain_partitions_name(blend: str) -> str:
 def harmony_partitions_name(blend: str) -> str:
     """Dynamic partitions of a blend's Harmony shards (its family datasets)."""
     return f"{blend}__harmony_shards"
+
+
+def jsonl_partitions_name(blend: str) -> str:
+    """Dynamic partitions of a blend's JSONL shards (its datasets with a ``transform``)."""
+    return f"{blend}__jsonl_shards"
+
+
+def sft_partitions_name(blend: str) -> str:
+    """Dynamic partitions of a blend's packed SFT shards (``<split>/shard_NNNNN``), registered by ``sft_plan``."""
+    return f"{blend}__sft_shards"
+
+
+def scored_pool_parts_name(blend: str) -> str:
+    """Dynamic partitions of ``nll_scores``: the Parquet parts ``<pool>/part-NNNNN`` of the pools ``scoring:``
+    lists, registered by ``candidate_pool`` when it commits them (assets/scoring_parts.py)."""
+    return f"{blend}__scored_pool_parts"
 
 
 def sample_partitions_name(blend: str, what: str) -> str:
@@ -90,10 +109,13 @@ class Scope:
         return dg.DynamicPartitionsDefinition(name=sample_partitions_name(self.blend, what)) if self.samples else full
 
     def shard_partitions_name(self, kind: str) -> str:
-        """Where ``source_split`` registers the shards of a dataset: ``kind`` is ``pretrain`` or ``harmony``."""
+        """Where ``source_split`` registers the shards of a dataset: ``kind`` is its ``DatasetEntry.kind``
+        (``pretrain``, ``harmony`` or ``jsonl``); ``sft``: where ``sft_plan`` registers the packed shards."""
         if self.samples:
             return sample_partitions_name(self.blend, f"{kind}_shards")
-        return pretrain_partitions_name(self.blend) if kind == "pretrain" else harmony_partitions_name(self.blend)
+        names = {"pretrain": pretrain_partitions_name, "harmony": harmony_partitions_name,
+                 "jsonl": jsonl_partitions_name, "sft": sft_partitions_name}
+        return names[kind](self.blend)
 
     def split(self, partition: str | None) -> tuple[str | None, str | None]:
         """(sample or None, the full build's key) of one of this scope's partition keys."""

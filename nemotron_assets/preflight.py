@@ -19,14 +19,14 @@ from nemotron_assets.tokenize.loading import locate_tokenizer
 def check_before_reading(blend: Blend, blend_file: Path, datasets: list[str] | None = None) -> None:
     """Raise the first ``InputError`` a build of ``datasets`` (default: all) would hit before reading data."""
     entries = [e for e in blend.entries() if datasets is None or e.name in datasets]
-    if any(not e.family for e in entries):
+    if any(e.kind == "pretrain" for e in entries):
         locate_tokenizer(blend.tokenizer_model, blend.tokenizer_revision)
     for entry in entries:
         if entry.path.startswith("hf://"):
             continue
         files = resolve_files(entry, blend_file.parent).files
-        if entry.family:
-            continue  # post-training rows are read whole by their family mapper
+        if entry.kind != "pretrain":
+            continue  # post-training rows are read whole, by their family mapper or their transform
         options = read_options(blend, entry)
         for source in files:
             if source.format == "parquet":

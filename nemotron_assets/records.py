@@ -11,7 +11,8 @@ them, last, after deleting the old one first: a shard without a readable receipt
 - ``inputs``: everything that determines the bytes of the files: the source rows and file versions, the
   tokenizer file's hash, every processing setting and the code's format version. Its sha256 is
   ``inputs_sha256``.
-- ``files``: each published file's size and sha256, as written.
+- ``files``: each published file's size and sha256, as written, named by its suffix (``.bin``) or by its path
+  relative to the receipt's folder (``train/shard_00000.jsonl``; ``output_path``).
 - ``committed``: each file's storage stamp right after the commit (modification time on local disk, ETag on S3),
   so a file changed afterwards is noticed without reading it. This is the only part of a receipt that differs
   between two builds of the same inputs.
@@ -191,6 +192,13 @@ def receipt_path(prefix: str) -> str:
     return f"{prefix}.json"
 
 
+def output_path(prefix: str, name: str) -> str:
+    """Where the file a receipt lists under ``name`` lives: a suffix (``.bin``) follows the prefix
+    (``.../shard_00000.bin``); a path (``train/shard_00000.jsonl``, for outputs spread over folders such as the JSONL
+    splits) is relative to the receipt's folder."""
+    return prefix + name if name.startswith(".") else f"{prefix.rsplit('/', 1)[0]}/{name}"
+
+
 def read_receipt(store: Storage, prefix: str) -> Receipt | None:
     """The receipt at ``prefix``, or None if there is none or it is unreadable (either way: not done)."""
     path = receipt_path(prefix)
@@ -204,7 +212,7 @@ def read_receipt(store: Storage, prefix: str) -> Receipt | None:
 
 def write_receipt(store: Storage, prefix: str, receipt: Receipt) -> Receipt:
     """Record the committed files' stamps and write the receipt: the last act of every build step."""
-    stamps = {suffix: store.stamp(prefix + suffix) for suffix in receipt.files}
+    stamps = {suffix: store.stamp(output_path(prefix, suffix)) for suffix in receipt.files}
     final = Receipt(receipt.kind, receipt.key, receipt.inputs, receipt.files, receipt.stats, stamps, receipt.extra)
     store.write_bytes(receipt_path(prefix), final.to_bytes())
     return final
@@ -221,7 +229,7 @@ def freshness(store: Storage, prefix: str, expected_inputs: dict, *, read_conten
         exists = store.exists(receipt_path(prefix))
         return Freshness(State.MISSING, "its receipt is not readable" if exists else "it has no receipt")
     for suffix, recorded in receipt.files.items():
-        relative = prefix + suffix
+        relative = output_path(prefix, suffix)
         if not store.exists(relative):
             return Freshness(State.MISSING, f"its {suffix} file is missing", receipt)
         if store.size(relative) != recorded["bytes"]:

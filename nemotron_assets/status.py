@@ -1,7 +1,7 @@
 """What a blend's outputs look like now: the ``status`` command.
 
-Every planned shard (each dataset's ``manifest.json``), tokenized (pretraining) or normalized (Harmony), is in
-exactly one state:
+Every planned shard (each dataset's ``manifest.json``), tokenized (pretraining), normalized (Harmony) or transformed
+(JSONL), is in exactly one state:
 
 - **done**: up to date by the one definition (records.py ``freshness``): its receipt names the inputs a build
   would use now, and its files are as committed;
@@ -34,20 +34,25 @@ from nemotron_assets.layout import (
 )
 from nemotron_assets.partitions import (
     harmony_partitions_name,
+    jsonl_partitions_name,
     pretrain_partitions_name,
     sample_key,
     sample_partitions_name,
 )
 from nemotron_assets.posttrain import harmony_step
 from nemotron_assets.posttrain.downstream import downstream_states
+from nemotron_assets.posttrain.jsonl_step import jsonl_freshness, manifest_freshness
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity, shard_inputs
 from nemotron_assets.records import Freshness, Receipt, SourceManifest, State, freshness, read_manifest
 from nemotron_assets.run_history import PartitionHistory, partition_history
+from nemotron_assets.scoring.states import scoring_states
+from nemotron_assets.sft.steps.states import SftStatus, sft_status
 from nemotron_assets.storage import Storage
 
 SHOWN_KEYS = 10  # shard keys listed per dataset in the text report; --json lists all
 PRETRAIN_SHARD = "pretrain_shard"
 HARMONY_SHARD = "harmony_shard"
+JSONL_SHARD = "jsonl_shard"
 
 
 @dataclass(frozen=True)
@@ -59,12 +64,12 @@ class Problem:
         return f"{self.path}: {self.reason}"
 
 
-# --- the two kinds of shards ----------------------------------------------------------------------------------
+# --- the kinds of shards ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ShardKind:
-    """What differs between pretraining and Harmony shards, for status: which datasets, which asset, where."""
+    """What differs between pretraining, Harmony and JSONL shards, for status: which datasets, which asset, where."""
 
-    path: str  # "pretrain" or "harmony"
+    path: str  # "pretrain", "harmony" or "jsonl" (DatasetEntry.kind)
     asset: str
     partitions_name: Callable[[str], str]
     entries: Callable[[Blend], list[DatasetEntry]]
@@ -72,9 +77,10 @@ class ShardKind:
 
 
 PRETRAIN = ShardKind("pretrain", PRETRAIN_SHARD, pretrain_partitions_name,
-                     lambda blend: [e for e in blend.entries() if not e.family], "pretrain")
+                     lambda blend: blend.datasets_of("pretrain"), "pretrain")
 HARMONY = ShardKind("harmony", HARMONY_SHARD, harmony_partitions_name,
-                    lambda blend: [e for e in blend.entries() if e.family], "harmony")
+                    lambda blend: blend.datasets_of("harmony"), "harmony")
+JSONL = ShardKind("jsonl", JSONL_SHARD, jsonl_partitions_name, lambda blend: blend.datasets_of("jsonl"), "jsonl")
 
 
 # --- the plan ---------------------------------------------------------------------------------------------
@@ -118,7 +124,7 @@ def harmony_freshness(store: Storage, blend: Blend, base: str, manifest: SourceM
 class DatasetStatus:
     dataset: str
     split: str
-    path: str = "pretrain"  # "pretrain" (Megatron shards) or "harmony" (normalized shards)
+    path: str = "pretrain"  # "pretrain" (Megatron shards), "harmony" (normalized shards) or "jsonl"
     planned: int = 0
     done: int = 0
     stale: dict[str, str] = field(default_factory=dict)  # shard key -> why it is stale
@@ -127,14 +133,14 @@ class DatasetStatus:
     rows: int = 0  # source rows read by the done shards, from their receipts
     tokens: int = 0  # pretraining: tokens of the done shards
     documents: int = 0  # pretraining: documents of the done shards
-    written: int = 0  # Harmony: rows written by the done shards
+    written: int = 0  # Harmony and JSONL: rows written by the done shards
     outputs: str = ""  # folder of the dataset's shards
     note: str = ""
 
 
 @dataclass
 class OutputStatus:
-    """One output after the Harmony shards: a dataset's dedup, a pool, a view of a pool, the report."""
+    """One output after the shards: a dataset's dedup, a pool, a view of a pool, the report, the JSONL manifest."""
 
     asset: str
     key: str
@@ -158,6 +164,8 @@ class BlendStatus:
     blend_json_exists: bool
     samples: list[SampleStatus] = field(default_factory=list)
     outputs: list[OutputStatus] = field(default_factory=list)  # dedup, pools, views, report (post-training)
+    sft: SftStatus | None = None  # packed SFT (sft/steps/states.py), for a blend with an sft: section
+    scores: list[OutputStatus] = field(default_factory=list)  # scoring outputs (scoring/states.py), with scoring:
     error: str = ""  # the blend file (or its tokenizer) cannot be used: nothing else could be checked
 
     def total(self, name: str) -> int:
@@ -201,6 +209,10 @@ def dataset_statuses(store: Storage, blend: Blend, base: str, kind: ShardKind, s
 
 def _count(status: DatasetStatus, receipt: Receipt) -> None:
     stats = receipt.stats
+    if status.path == "jsonl":  # rows read, and rows written per split
+        status.rows += int(stats["rows_in"])
+        status.written += sum(int(n) for n in stats["rows"].values())
+        return
     status.rows += int(stats["rows"])
     if status.path == "pretrain":
         status.tokens += int(stats["tokens"])
@@ -224,6 +236,15 @@ def collect_status(instance: dg.DagsterInstance, store: Storage, blend: Blend) -
         report.outputs = [OutputStatus(o.asset, o.key, o.freshness.state.value, o.freshness.reason,
                                        int(o.freshness.receipt.stats.get("rows", 0)) if o.freshness.done else 0)
                           for o in downstream_states(store, blend, blend.name)]
+    if JSONL.entries(blend):
+        state = manifest_freshness(store, blend, blend.name)
+        written = sum(state.receipt.stats["rows"].values()) if state.done else 0
+        report.outputs.append(OutputStatus("jsonl_manifest", "", state.state.value, state.reason, written))
+    if blend.sft is not None:
+        report.sft = sft_status(store, blend, blend.name)
+    report.scores = [OutputStatus(o.asset, o.key, o.freshness.state.value, o.freshness.reason,
+                                  int(o.freshness.receipt.stats.get("rows", 0)) if o.freshness.done else 0)
+                     for o in scoring_states(store, blend, blend.name)]
     for sample in sample_names(store, blend.name):
         base = base_dir(blend.name, sample)
         report.samples.append(SampleStatus(sample, _statuses(instance, store, blend, sample, tokenizer),
@@ -235,7 +256,8 @@ def _statuses(instance: dg.DagsterInstance, store: Storage, blend: Blend, sample
               tokenizer: dict | None) -> list[DatasetStatus]:
     base = base_dir(blend.name, sample)
     kinds = [(PRETRAIN, lambda m, i: shard_freshness(store, blend, base, m, i, tokenizer)),
-             (HARMONY, lambda m, i: harmony_freshness(store, blend, base, m, i))]
+             (HARMONY, lambda m, i: harmony_freshness(store, blend, base, m, i)),
+             (JSONL, lambda m, i: jsonl_freshness(store, blend, base, m, i))]
     statuses = []
     for kind, state_of in kinds:
         if not kind.entries(blend):
@@ -263,12 +285,13 @@ def sample_names(store: Storage, blend: str) -> list[str]:
 
 # --- formatting -------------------------------------------------------------------------------------------
 COLUMNS = {"pretrain": ("planned", "done", "stale", "failed", "missing", "tokens", "rows"),
-           "harmony": ("planned", "done", "stale", "failed", "missing", "written", "rows")}
-TITLES = {"pretrain": "Megatron shards", "harmony": "Harmony shards"}
+           "harmony": ("planned", "done", "stale", "failed", "missing", "written", "rows"),
+           "jsonl": ("planned", "done", "stale", "failed", "missing", "written", "rows")}
+TITLES = {"pretrain": "Megatron shards", "harmony": "Harmony shards", "jsonl": "JSONL shards"}
 
 
 def format_status(report: BlendStatus) -> str:
-    """Per blend: a fixed-width table per path (Megatron, Harmony), the keys of shards that are not done, then
+    """Per blend: a fixed-width table per path (Megatron, Harmony, JSONL), the keys of shards that are not done, then
     the samples."""
     if report.error:
         return f"blend {report.blend}: cannot be checked: {report.error}"
@@ -286,6 +309,11 @@ def format_status(report: BlendStatus) -> str:
     if report.outputs:
         lines.append("  Post-training outputs:")
         lines += _outputs_table(report.outputs)
+    if report.sft is not None:
+        lines += report.sft.lines()
+    if report.scores:
+        lines.append("  Scores:")
+        lines += _outputs_table(report.scores)
     for sample in report.samples:
         done, planned = _total(sample.datasets, "done"), _total(sample.datasets, "planned")
         lines.append(f"  sample {sample.sample}: {done}/{planned} shard(s) done"

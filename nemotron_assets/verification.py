@@ -3,8 +3,10 @@
 For every planned shard: the one up-to-date test (records.py ``freshness``, here hashing every file, whatever
 its stamp), the shard checks (pretrain/shard_checks.py: ``.idx``/``.bin`` structure, token ids below the
 vocabulary, counts against the receipt and the materialization), and the files' sha256 against what the
-shard's own materialization recorded. Then ``blend.json``/``data_path.txt`` against the shards. Each problem
-names one file and says why. Staging folders are not outputs and are never looked at.
+shard's own materialization recorded. Then ``blend.json``/``data_path.txt`` against the shards. JSONL shards: the
+same up-to-date test, then every file read back (posttrain/jsonl_files.py: it decompresses, each line is a JSON
+object, the lines per split are as the receipt says), then the JSONL manifest. Each problem names one file and
+says why. Staging folders are not outputs and are never looked at.
 """
 
 import json
@@ -15,17 +17,29 @@ import pyarrow.parquet as pq
 
 from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError, NotReady
-from nemotron_assets.layout import ShardKey, harmony_shard_prefix, pretrain_dir, shard_prefix
+from nemotron_assets.layout import (
+    ShardKey,
+    harmony_shard_prefix,
+    jsonl_manifest_path,
+    jsonl_shard_prefix,
+    pretrain_dir,
+    shard_prefix,
+)
 from nemotron_assets.partitions import pretrain_partitions_name
 from nemotron_assets.posttrain.downstream import downstream_states
 from nemotron_assets.posttrain.harmony_shard import SCHEMA as HARMONY_SCHEMA
+from nemotron_assets.posttrain.jsonl_files import shard_problems
+from nemotron_assets.posttrain.jsonl_step import jsonl_freshness, manifest_freshness
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
 from nemotron_assets.pretrain.shard_checks import check_shard
-from nemotron_assets.records import SourceManifest, State, receipt_path
+from nemotron_assets.records import SourceManifest, State, output_path, receipt_path
 from nemotron_assets.run_history import partition_history
+from nemotron_assets.scoring.verify import scoring_problems
+from nemotron_assets.sft.steps.verify import sft_problems
 from nemotron_assets.status import (
     HARMONY,
+    JSONL,
     PRETRAIN_SHARD,
     Problem,
     harmony_freshness,
@@ -121,8 +135,10 @@ def verify_blend_files(store: Storage, blend: Blend, plans: dict[str, SourceMani
 
 def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
     """Every problem of the full build of ``blend`` (samples are not verified): its pretraining shards and
-    blend.json, its Harmony shards and what was built from them."""
-    return pretrain_problems(instance, store, blend) + harmony_problems(store, blend)
+    blend.json, its Harmony shards and what was built from them, its JSONL shards and their manifest, and its
+    packed SFT (sft/steps/verify.py)."""
+    return (pretrain_problems(instance, store, blend) + harmony_problems(store, blend) + jsonl_problems(store, blend)
+            + sft_problems(store, blend) + scoring_problems(store, blend))
 
 
 def pretrain_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
@@ -171,6 +187,41 @@ def harmony_problems(store: Storage, blend: Blend) -> list[Problem]:
         elif suffix == ".parquet" and "rows" in output.freshness.receipt.stats and output.asset != "harmony_dedup":
             problems += _parquet_problems(store, output.prefix + suffix, output.freshness.receipt.stats["rows"])
     return problems
+
+
+def jsonl_problems(store: Storage, blend: Blend) -> list[Problem]:
+    """Each JSONL shard hashed against its receipt and read back line by line; then the manifest."""
+    plans = read_plans(store, blend, kind=JSONL)
+    if not plans:
+        return []
+    problems = [plan for plan in plans.values() if isinstance(plan, Problem)]
+    for manifest, index in planned_shards(plans):
+        key = ShardKey(manifest.dataset, index)
+        prefix = jsonl_shard_prefix(blend.name, key)
+        state = jsonl_freshness(store, blend, blend.name, manifest, index, read_content=True)
+        if not state.done:
+            rerun = f"re-materialize {blend.name}/jsonl_shard partition '{key}'"
+            problems.append(Problem(_blamed_file(store, prefix, state.receipt, state.reason),
+                                    f"{state.state.value}: {state.reason}: {rerun}"))
+            continue
+        read_back = shard_problems(store, prefix, state.receipt)
+        problems += [Problem(store.url(path), why) for path, why in read_back.items()]
+    if problems:
+        return problems  # the manifest cannot be judged until the shards are right
+    state = manifest_freshness(store, blend, blend.name, read_content=True)
+    if not state.done:
+        problems.append(Problem(store.url(jsonl_manifest_path(blend.name)), f"{state.state.value}: {state.reason}: "
+                                                                         f"re-materialize {blend.name}/jsonl_manifest"))
+    return problems
+
+
+def _blamed_file(store: Storage, prefix: str, receipt, reason: str) -> str:
+    """The file a freshness reason is about (``its train/shard_00000.jsonl.zst file changed ...``), else the
+    receipt."""
+    for name in receipt.files if receipt is not None else ():
+        if f"its {name} file" in reason:
+            return store.url(output_path(prefix, name))
+    return store.url(receipt_path(prefix))
 
 
 def _parquet_problems(store: Storage, relative: str, rows: int, schema: pa.Schema | None = None) -> list[Problem]:

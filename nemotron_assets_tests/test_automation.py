@@ -212,3 +212,27 @@ def test_post_training_automation_is_stopped_and_requests_what_follows_rebuilt_s
                                               cursor=quiet.cursor)
     dedup = dg.AssetKey(["posttrain_sample", "harmony_dedup"])
     assert after.get_requested_partitions(dedup) == set(pipeline.harmony.family_partitions.get_partition_keys())
+
+
+def test_jsonl_schedule_requests_unbuilt_jsonl_shards_then_skips(sample_blends, tmp_path, instance):
+    from nemotron_assets_tests.assets.test_jsonl_assets import Pipeline
+
+    defs = _definitions(sample_blends, tmp_path)
+    repository = defs.get_repository_def()
+    schedule = repository.get_schedule_def("rl_sample__nightly_missing_jsonl_shards")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    with pytest.raises(dg.DagsterInvariantViolationError):  # a blend of JSONL data only has no Megatron shards
+        repository.get_schedule_def("rl_sample__nightly_missing_shards")
+    pipeline = Pipeline(sample_blends / "rl_sample.yaml", tmp_path / "data", instance)
+    pipeline.plan()
+    keys = pipeline.shard_keys()
+    with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
+        result = schedule.evaluate_tick(context)
+    assert [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"])
+            for r in result.run_requests] == [(keys[0], keys[-1])]
+    assert result.run_requests[0].asset_selection == [dg.AssetKey(["rl_sample", "jsonl_shard"])]
+
+    pipeline.shards()
+    with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
+        result = schedule.evaluate_tick(context)
+    assert result.skip_message.startswith(f"all {len(keys)} shard")

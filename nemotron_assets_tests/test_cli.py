@@ -151,8 +151,45 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
 
     again = _run(["-m", "nemotron_assets", "materialize", "posttrain_sample"], env)
     assert again.returncode == 0, again.stderr[-3000:]
-    rebuilt = [line.split(": ")[1].split()[0] for line in again.stderr.splitlines() if ": rebuilding: " in line]
-    assert rebuilt == ["text/shard_00000"]  # the one shard whose source changed; its dedup and the pools follow
-    up_to_date = [line for line in again.stderr.splitlines() if ": up to date, " in line]
-    assert len(up_to_date) == 2 * 10  # the other ten shards and their ten dedup results
+    def steps_saying(words: str) -> dict[str, list[str]]:
+        """step -> the keys its lines say ``words`` about (lines ``  HH:MM:SS step: key: words...``)."""
+        found: dict[str, list[str]] = {}
+        for line in again.stderr.splitlines():
+            if f": {words}" in line:
+                step, key = line.split(": ")[0].split()[-1], line.split(": ")[1]
+                found.setdefault(step, []).append(key)
+        return found
+
+    rebuilt = steps_saying("rebuilding: ")
+    assert rebuilt["harmony_shard"] == ["text/shard_00000"]  # the one shard whose source changed
+    assert rebuilt.get("sft_samples", []) in ([], ["text/shard_00000"])  # and the SFT samples rendered from it
+    up_to_date = steps_saying("up to date, ")
+    # the other ten shards, their dedup and their SFT samples (packed shards holding no text row stay too)
+    assert {step: len(up_to_date[step]) for step in ("harmony_shard", "harmony_dedup", "sft_samples")} \
+        == dict.fromkeys(("harmony_shard", "harmony_dedup", "sft_samples"), 10)
+    assert "text/shard_00000" not in up_to_date["harmony_shard"] + up_to_date["sft_samples"]
     assert _run(["-m", "nemotron_assets", "verify", "posttrain_sample"], env).returncode == 0
+
+
+def test_a_jsonl_sample_runs_source_split_then_jsonl_shard_then_jsonl_manifest(cli_env, tmp_path):
+    done = _run(["-m", "nemotron_assets", "materialize", "rl_sample", "--max-rows", "4"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [line.split()[2] for line in done.stderr.splitlines() if line.startswith("run ")]
+    assert runs == ["source_split", "jsonl_shard", "jsonl_manifest"]
+    data = tmp_path / "data" / "rl_sample"
+    assert sorted(p.name for p in data.iterdir()) == ["samples"]  # the full build is untouched
+    jsonl = data / "samples" / "rows_4" / "jsonl"
+    manifest = json.loads((jsonl / "manifest.json").read_text())
+    assert manifest["root"] == str(jsonl)
+    assert sum(d["rows_in"] for d in manifest["datasets"].values()) == 5 * 4  # the first 4 rows of each dataset
+    assert all((jsonl / path).exists() for split in ("train", "valid", "test") for path in manifest[split])
+    from nemotron_assets.blend import load_blend
+    from nemotron_assets.status import collect_status
+    from nemotron_assets.storage import Storage
+
+    blend = load_blend(REPO / "blends" / "rl_sample.yaml")
+    with dg.DagsterInstance.from_config(cli_env["DAGSTER_HOME"]) as instance:
+        report = collect_status(instance, Storage(str(tmp_path / "data")), blend)
+    [sample] = report.samples
+    assert sample.sample == "rows_4" and len(sample.datasets) == 5
+    assert all(d.path == "jsonl" and d.done == d.planned == 1 for d in sample.datasets)

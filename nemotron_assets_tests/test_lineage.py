@@ -225,3 +225,42 @@ def test_pool_run_uses_the_harmony_artifacts_and_logs_every_pool(posttrain_linea
     folder_url = f"file://{root}/posttrain_sample/pools/tool_use"
     assert sorted(entries(tool_use).values()) == [f"{folder_url}/{name}" for name in
                                                   ("manifest.json", "part-00000.json", "part-00000.parquet")]
+
+
+@pytest.fixture(scope="module")
+def jsonl_lineage(tmp_path_factory):
+    """The JSONL sample materialized once with lineage on (offline)."""
+    from nemotron_assets_tests.assets.test_jsonl_assets import SAMPLE, Pipeline
+
+    def build(root, lineage):
+        with dg.instance_for_test() as instance:
+            Pipeline(SAMPLE, root, instance, lineage=lineage).all()
+
+    return _build_with_lineage(tmp_path_factory.mktemp("jsonl_lineage"), build)
+
+
+def test_jsonl_runs_link_source_manifests_to_shard_artifacts_to_the_manifest_artifact(jsonl_lineage):
+    root, folder = jsonl_lineage
+    runs = offline_runs(folder)
+    assert sorted(runs) == ["jsonl_manifest", "jsonl_shard"]
+    datasets = ["math_rl", "tool_rl", "sharegpt_chat", "qa_sft", "math_rl_valid"]
+    [artifacts] = runs["jsonl_shard"]
+    assert {a.name for a in artifacts if a.use_after_commit} == {f"rl_sample-{d}-source" for d in datasets}
+    logged = {a.name: a for a in artifacts if not a.use_after_commit}
+    assert sorted(logged) == sorted(f"rl_sample-{d}-jsonl" for d in datasets)
+    tool = logged["rl_sample-tool_rl-jsonl"]
+    assert tool.type == "jsonl-shards"
+    receipt = json.loads((root / "rl_sample/jsonl/tool_rl/shard_00000.json").read_bytes())
+    assert json.loads(tool.metadata)["shards"]["tool_rl/shard_00000"]["files"] == receipt["stats"]["files"]
+    paths = ["shard_00000.json"] + [f"{split}/shard_00000.jsonl.zst" for split in ("train", "valid", "test")]
+    assert entries(tool) == {f"rl_sample/jsonl/tool_rl/{p}": f"file://{root}/rl_sample/jsonl/tool_rl/{p}"
+                             for p in paths}
+
+    [artifacts] = runs["jsonl_manifest"]
+    assert {a.name: a.digest for a in artifacts if a.use_after_commit} == {a.name: a.digest for a in logged.values()}
+    [manifest] = [a for a in artifacts if not a.use_after_commit]
+    assert manifest.name == "rl_sample-jsonl" and manifest.type == "jsonl-manifest"
+    assert sorted(entries(manifest).values()) == [f"file://{root}/rl_sample/jsonl/{name}"
+                                                  for name in ("manifest.json", "manifest.receipt.json")]
+    assert json.loads(manifest.metadata)["rows_by_split"] == json.loads(
+        (root / "rl_sample/jsonl/manifest.json").read_bytes())["rows"]

@@ -76,17 +76,18 @@ def test_a_sample_never_touches_the_full_build(tmp_path):
 
 
 def _outputs(root: Path) -> dict[str, bytes]:
-    """Every file under ``root``; receipts without their commit stamps (file times and ETags, which differ
-    between any two builds by nature)."""
+    """Every file under ``root``; receipts (of shards, duplicates, pools, views and reports) without their commit
+    stamps (file times and ETags, which differ between any two builds by nature)."""
     files = {}
     for path in sorted(root.rglob("*")):
         if not path.is_file():
             continue
         data = path.read_bytes()
-        if path.suffix == ".json" and path.name.startswith("shard_"):
-            receipt = json.loads(data)
-            receipt.pop("committed")
-            data = json.dumps(receipt, sort_keys=True).encode()
+        if path.suffix == ".json":
+            body = json.loads(data)
+            if isinstance(body, dict) and "receipt_version" in body:  # a receipt: shard, pool, view or report
+                body.pop("committed")
+                data = json.dumps(body, sort_keys=True).encode()
         files[str(path.relative_to(root))] = data
     return files
 

@@ -22,7 +22,7 @@ POOL = "posttrain_sample/pools/tool_use/part-00000"
 def built_once(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify_harmony")
     with dg.instance_for_test() as instance:
-        pipeline = Pipeline(SAMPLE, root / "data", instance)
+        pipeline = Pipeline(SAMPLE, root / "data", instance, sft=None)  # the Harmony path (packed SFT: its own tests)
         pipeline.all()
     return pipeline.blend, root / "data"
 

@@ -24,6 +24,7 @@ from nemotron_assets.assets.reporting import (
     partitioned_asset,
     permanent_errors_fail_at_once,
 )
+from nemotron_assets.assets.scoring_parts import register_pool_parts
 from nemotron_assets.blend import Blend
 from nemotron_assets.layout import ShardKey, harmony_shard_path, harmony_shard_prefix, pool_dir
 from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, harmony_partitions_name
@@ -234,6 +235,7 @@ def select_pool(context: dg.AssetExecutionContext, store: Storage, blend: Blend,
     sample, pool = scope.split(partition)
     base = scope.base(sample)
     outcome = materialize_pool(store, blend, base, pool, thresholds, force)
+    register_pool_parts(context.instance, store, blend, scope, sample, pool)  # nll_scores' partitions, if scored
     stats = outcome.receipt.stats
     context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} rows")
     return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),

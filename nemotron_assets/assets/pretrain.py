@@ -66,8 +66,8 @@ class PretrainAssets:
 
     @property
     def definitions(self) -> list:
-        """The source split, and the pretraining assets when the blend has datasets without a family (a blend of
-        post-training data only has no Megatron shards to show)."""
+        """The source split, and the pretraining assets when the blend has pretraining text datasets (neither a
+        ``family`` nor a ``transform``): a blend of post-training data only has no Megatron shards to show."""
         if not self.has_text_datasets:
             return [self.source_split]
         return [self.source_split, self.pretrain_shard, self.megatron_blend]
@@ -145,7 +145,7 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
         return dg.MaterializeResult(metadata=metadata)
 
     return PretrainAssets(source_split, pretrain_shard, megatron_blend, dataset_partitions, shard_partitions, scope,
-                          has_text_datasets=any(not e.family for e in blend.entries()))
+                          has_text_datasets=bool(blend.datasets_of("pretrain")))
 
 
 # --- the steps ----------------------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def plan_dataset(context: dg.AssetExecutionContext, store: Storage, blend: Blend
     check_before_reading(blend, blend_file, [dataset])
     manifest = build_manifest(blend, entry, blend_file.parent, max_rows=sample_rows(sample) if sample else None)
     relative = write_manifest(store, scope.base(sample), manifest)
-    register_shards(context.instance, scope, "harmony" if entry.family else "pretrain", sample, manifest)
+    register_shards(context.instance, scope, entry.kind, sample, manifest)
     context.log.info(f"{partition}: {len(manifest.files)} file(s), {manifest.total_rows:,} rows, "
                      f"{len(manifest.shards)} shard(s)")
     return manifest_metadata(manifest, store.url(relative))
@@ -211,7 +211,7 @@ def build_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend,
 def write_megatron_blend(store: Storage, blend: Blend, base: str, allow_missing: bool
                          ) -> tuple[dict[str, SourceManifest], dict]:
     """blend.json + data_path.txt of the shards under ``base``; refuses stale shards, naming them."""
-    manifests = {e.name: require_manifest(store, blend.name, base, e.name) for e in blend.entries() if not e.family}
+    manifests = {e.name: require_manifest(store, blend.name, base, e.name) for e in blend.datasets_of("pretrain")}
     tokenizer = blend_tokenizer_identity(blend)
     files = build_blend_files(store, blend, manifests, tokenizer, base=base, allow_missing=allow_missing)
     for relative, data in files.outputs.items():

@@ -46,6 +46,9 @@ import zstandard
 from nemotron_assets.sft.split import SPLITS, Holdout, Split, assign_split, canonical_json, first_user_text
 
 Compression = Literal["zstd"] | None
+#: The version of what these transforms and the writer produce: in every JSONL shard receipt's inputs, bumped
+#: whenever the bytes written for the same rows and settings change, so that older shards become stale.
+FORMAT_VERSION = "jsonl/1"
 ZSTD_LEVEL = 3
 MAX_EXAMPLES = 5
 SIMPLE_TRANSFORMS = ("nemotron_rl", "openai_chat", "sharegpt", "passthrough")
@@ -93,6 +96,14 @@ class Transform:
         if self.name == "rename":
             return {new: _required(row, old) for new, old in self.mapping}
         raise AssertionError(f"unhandled transform {self.name}")  # parse_transform admits no other name
+
+    def spec(self) -> dict:
+        """The transform as JSON, for receipts: the same for the same transform however the blend spells it, and
+        different whenever the output differs (``rename``'s pairs keep their order: it is the output key order)."""
+        options = {"sft": {"input": self.input, "output": self.output, "system": self.system},
+                   "select": {"fields": list(self.fields)},
+                   "rename": {"map": [[new, old] for new, old in self.mapping]}}
+        return {"name": self.name, **options.get(self.name, {})}
 
     def split_key(self, out: Mapping[str, Any]) -> str:
         """The text an output row's holdout split depends on (module docstring)."""
@@ -254,6 +265,7 @@ class JsonlShardStats:
     dataset: str
     shard: int
     transform: str
+    compression: Compression = None
     rows_in: int = 0
     rows: Counter = field(default_factory=Counter)  # split -> rows written
     dropped: Counter = field(default_factory=Counter)
@@ -261,21 +273,30 @@ class JsonlShardStats:
     files: dict[str, dict] = field(default_factory=dict)  # split -> {"path" (relative to the dataset), bytes, sha256}
 
     def as_dict(self) -> dict:
-        return {"dataset": self.dataset, "shard": self.shard, "transform": self.transform, "rows_in": self.rows_in,
+        return {"dataset": self.dataset, "shard": self.shard, "transform": self.transform,
+                "compression": self.compression, "rows_in": self.rows_in,
                 "rows": {s: self.rows[s] for s in SPLITS if self.rows[s]},
                 "dropped": dict(sorted(self.dropped.items())), "dropped_examples": self.examples, "files": self.files}
 
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> "JsonlShardStats":
+        """The stats ``as_dict`` gave (as a receipt stores them)."""
+        return JsonlShardStats(data["dataset"], data["shard"], data["transform"], data["compression"],
+                               data["rows_in"], Counter(data["rows"]), Counter(data["dropped"]),
+                               list(data["dropped_examples"]), dict(data["files"]))
 
-def write_jsonl_shard(rows: Iterable[tuple[int, Mapping[str, Any]]], transform: Transform, out_dir: Path, *,
+
+def write_jsonl_shard(rows: Iterable[tuple[int | str, Mapping[str, Any]]], transform: Transform, out_dir: Path, *,
                       dataset: str, shard: int, holdout: Holdout | None, fixed_split: Split | None = None,
                       compression: Compression = None) -> JsonlShardStats:
-    """Transform one source shard's ``(row number, row)`` pairs into ``out_dir/<split>/shard_NNNNN.jsonl[.zst]``.
+    """Transform one source shard's ``(row, row data)`` pairs into ``out_dir/<split>/shard_NNNNN.jsonl[.zst]``.
 
+    A row is named by its number or by a location (``data/rl.jsonl:4``), which the examples of dropped rows quote.
     ``out_dir`` is the dataset's local staging folder; only splits that receive rows get a file.
     """
     if compression not in (None, "zstd"):
         raise ValueError(f"compression must be zstd or none, got {compression!r}")
-    stats = JsonlShardStats(dataset, shard, transform.name)
+    stats = JsonlShardStats(dataset, shard, transform.name, compression)
     files: dict[str, _LineFile] = {}
     try:
         for row_number, row in rows:
@@ -305,27 +326,29 @@ def write_jsonl_shard(rows: Iterable[tuple[int, Mapping[str, Any]]], transform: 
     return stats
 
 
-def _drop(stats: JsonlShardStats, reason: str, row_number: int) -> None:
+def _drop(stats: JsonlShardStats, reason: str, row: int | str) -> None:
     stats.dropped[reason] += 1
     if len(stats.examples) < MAX_EXAMPLES:
-        stats.examples.append(f"row {row_number}: {reason}")
+        stats.examples.append(f"{row if isinstance(row, str) else f'row {row}'}: {reason}")
 
 
-def jsonl_manifest(shards: Sequence[JsonlShardStats], compression: Compression) -> dict:
-    """``jsonl/manifest.json``: per split the files (relative to ``jsonl/``) in dataset then shard order, and counts."""
+def jsonl_manifest(shards: Sequence[JsonlShardStats]) -> dict:
+    """``jsonl/manifest.json``: per split the files (relative to ``jsonl/``) in dataset then shard order, and counts
+    per dataset (its transform and compression, rows read, written per split, dropped by reason)."""
     ordered = sorted(shards, key=lambda s: (s.dataset, s.shard))
-    manifest: dict[str, Any] = {"format": "jsonl", "compression": compression}
+    manifest: dict[str, Any] = {"format": "jsonl"}
     for split in SPLITS:
         manifest[split] = [f"{s.dataset}/{s.files[split]['path']}" for s in ordered if split in s.files]
     datasets: dict[str, dict] = {}
     for s in ordered:
-        entry = datasets.setdefault(s.dataset, {"transform": s.transform, "rows_in": 0, "rows": Counter(),
-                                                "dropped": Counter()})
+        entry = datasets.setdefault(s.dataset, {"transform": s.transform, "compression": s.compression,
+                                                "rows_in": 0, "rows": Counter(), "dropped": Counter()})
         entry["rows_in"] += s.rows_in
         entry["rows"].update(s.rows)
         entry["dropped"].update(s.dropped)
     manifest["rows"] = {split: sum(d["rows"][split] for d in datasets.values()) for split in SPLITS}
-    manifest["datasets"] = {name: {"transform": d["transform"], "rows_in": d["rows_in"],
+    manifest["datasets"] = {name: {"transform": d["transform"], "compression": d["compression"],
+                                   "rows_in": d["rows_in"],
                                    "rows": {split: d["rows"][split] for split in SPLITS},
                                    "dropped": dict(sorted(d["dropped"].items()))}
                             for name, d in datasets.items()}

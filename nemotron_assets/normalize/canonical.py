@@ -60,7 +60,12 @@ CONTENT_FLAGS = {
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, non-ASCII kept: one text per JSON value, whatever the source's key order."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL_JSON.encode(value)
+
+
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` without building a new encoder on
+#: every call (``dumps`` does; for a small value that costs more than the encoding).
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def json_text(value: Any) -> str:

@@ -136,7 +136,7 @@ def to_record(row: NormalizedRow, dataset: str, split: str | None, file: str | N
         "source_ref_dataset": row.source_ref_dataset,
         "source_ref_split": row.source_ref_split,
         "source_ref_index": row.source_ref_index,
-        "source_tools_id": sha1_hex(canonical_json(row.tools)) if row.tools else None,
+        "source_tools_id": _tools_id(row.tools, tools_json),
         "source_file": file,
         "source_row": row_index,
     }
@@ -171,6 +171,26 @@ def _prelude(conversation: HarmonyConversation, effort: str, tools_json: str) ->
             _PRELUDES.clear()
         _PRELUDES[key] = prelude
     return prelude
+
+
+#: ``source_tools_id`` by the tools' stored JSON, which determines them (key order kept, so equal texts are equal
+#: tools): the rows of a dataset share a few tool sets, and sorting a set's keys to hash it costs as much as the rest
+#: of the row's metadata.
+_TOOLS_IDS: dict[str, str] = {}
+_TOOLS_IDS_KEPT = 4096
+
+
+def _tools_id(tools: list[dict[str, Any]], tools_json: str) -> str | None:
+    """SHA1 of the canonical JSON (sorted keys) of ``tools``; None without tools."""
+    if not tools:
+        return None
+    tools_id = _TOOLS_IDS.get(tools_json)
+    if tools_id is None:
+        tools_id = sha1_hex(canonical_json(tools))
+        if len(_TOOLS_IDS) >= _TOOLS_IDS_KEPT:
+            _TOOLS_IDS.clear()
+        _TOOLS_IDS[tools_json] = tools_id
+    return tools_id
 
 
 def _flag_for(reason: str) -> str:

@@ -71,11 +71,7 @@ class _Converter:
             self.tool_result(message)
 
     def assistant(self, message: dict[str, Any]) -> None:
-        reasoning = message.get("reasoning_content") or ""
-        if reasoning.strip():
-            reasoning, answer = reasoning.strip(), message["content"].strip()
-        else:
-            reasoning, answer = split_think(message["content"])
+        reasoning, answer = reasoning_and_answer(message)
         if reasoning:
             self.out.messages.append(Message.analysis(reasoning))
         calls = message.get("tool_calls") or []
@@ -94,9 +90,9 @@ class _Converter:
         self.matcher.called(call.get("id"), name)
         if name in PYTHON_TOOL_NAMES:
             self.out.python_tool = True
-            self.out.messages.append(Message.python_call(_python_code(arguments)))
+            self.out.messages.append(Message.python_call(python_code(arguments)))
         else:
-            self.out.messages.append(Message.function_call(name, _arguments_text(arguments)))
+            self.out.messages.append(Message.function_call(name, arguments_text(arguments)))
 
     def tool_result(self, message: dict[str, Any]) -> None:
         answered = self.matcher.answer(message.get("tool_call_id"), message.get("name"))
@@ -107,16 +103,30 @@ class _Converter:
             self.out.messages.append(Message.function_result(name, message["content"]))
 
 
-def _arguments_text(arguments: Any) -> str:
+def reasoning_and_answer(message: dict[str, Any]) -> tuple[str, str]:
+    """An assistant turn's reasoning (the ``analysis`` message) and its text (``final`` or the ``commentary``
+    preamble), both stripped: ``reasoning_content`` when it says anything, else a ``<think>`` block of the text."""
+    reasoning = message.get("reasoning_content") or ""
+    if reasoning.strip():
+        return reasoning.strip(), message["content"].strip()
+    return split_think(message["content"])
+
+
+def arguments_text(arguments: Any) -> str:
     """Arguments as compact JSON in their own key order; a string (arguments the source gave as non-JSON text) is
     written verbatim, so validation judges it."""
     if isinstance(arguments, str):
         return arguments
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+    return _ARGUMENTS_JSON.encode(arguments)
 
 
-def _python_code(arguments: Any) -> str:
+#: What ``json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))`` calls, built once: ``dumps`` builds a
+#: new encoder on every call, which costs more than encoding a small arguments object.
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def python_code(arguments: Any) -> str:
     """The code of a python-tool call: ``{"code": ...}``, else the arguments as text."""
     if isinstance(arguments, dict) and isinstance(arguments.get("code"), str):
         return arguments["code"]
-    return _arguments_text(arguments)
+    return arguments_text(arguments)

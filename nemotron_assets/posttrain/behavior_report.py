@@ -2,6 +2,9 @@
 
 It reads every pool's ``behavior`` embedding view (posttrain/embedding.py). A view whose rows collapse into few
 distinct signatures shows as low uniqueness: the pool teaches one way of using tools, whatever its size.
+
+Only the two columns it counts are read, by polars' streaming engine: memory grows with the number of distinct
+signatures (few, by design), not with the pool's rows.
 """
 
 import polars as pl
@@ -18,15 +21,15 @@ def behavior_markdown(store: Storage, base: str) -> str:
     lines = ["| pool | rows | with tool calls | distinct signatures | uniqueness |", "|---|---:|---:|---:|---:|"]
     details = []
     for pool in POOL_NAMES:
-        frame = pl.read_parquet(store.url(embedding_view_path(base, "behavior", pool)),
-                                storage_options=store.polars_options())
-        rows = len(frame)
-        with_calls = int((frame["meta_tool_call_count"] > 0).sum()) if rows else 0
-        counts = (frame.group_by("embed_text").agg(pl.len().alias("n"))
-                  .sort(["n", "embed_text"], descending=[True, False]))
+        view = pl.scan_parquet(store.url(embedding_view_path(base, "behavior", pool)),
+                               storage_options=store.polars_options()).select("embed_text", "meta_tool_call_count")
+        rows, with_calls = view.select(pl.len(), (pl.col("meta_tool_call_count") > 0).sum()).collect(
+            engine="streaming").row(0)
+        counts = (view.group_by("embed_text").agg(pl.len().alias("n"))
+                  .sort(["n", "embed_text"], descending=[True, False]).collect(engine="streaming"))
         distinct = len(counts)
         uniqueness = f"{distinct / rows:.2f}" if rows else "-"
-        lines.append(f"| {pool} | {rows:,} | {with_calls:,} | {distinct:,} | {uniqueness} |")
+        lines.append(f"| {pool} | {rows:,} | {with_calls or 0:,} | {distinct:,} | {uniqueness} |")
         if rows:
             details.append(f"\n**{pool}**: most common behaviors\n")
             details += [f"- {n} × `{text}`" for text, n in counts.head(TOP_SIGNATURES).iter_rows()]

@@ -2,14 +2,19 @@
 
 The first occurrence in (shard, row) order wins, which is (dataset, split, file, row) order because shards are
 contiguous ranges of the sorted files. It runs after every shard exists, on the ``id`` column only, so it is
-correct however the shards were built (in parallel, in any order) and needs ~60 bytes per row. Every planned shard
-must be up to date (records.py): deduplicating a mix of old and new shards would silently keep or drop the wrong
-rows.
+correct however the shards were built (in parallel, in any order). Every planned shard must be up to date
+(records.py): deduplicating a mix of old and new shards would silently keep or drop the wrong rows.
+
+Memory: exact dedup must hold the ids it compares, ~70 bytes per row. Up to `BUCKET_ROWS` rows that is one pass;
+above, the ids are split by a hash into buckets of about that many rows, deduplicated one bucket after the other
+(equal ids always share a bucket), so memory does not grow with the dataset, only the number of passes over the
+``id`` column does.
 
 Output: ``<base>/harmony/<dataset>/duplicates.parquet`` with ``shard`` (index in the plan), ``row`` and ``id`` of
 every row that repeats an earlier one.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import polars as pl
@@ -22,6 +27,8 @@ from nemotron_assets.records import SourceManifest, freshness, read_manifest
 from nemotron_assets.storage import Storage
 
 SHOWN = 10
+#: Rows whose ids one dedup pass holds in memory (about 150 MB of them); bigger datasets are split in buckets.
+BUCKET_ROWS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -30,18 +37,33 @@ class DedupStats:
     duplicates: int
 
 
-def find_duplicates(shard_paths: list[str], storage_options: dict | None = None) -> pl.DataFrame:
-    """Rows that repeat an earlier row's id: columns ``shard`` (index in ``shard_paths``), ``row``, ``id``."""
+def find_duplicates(shard_paths: list[str], storage_options: dict | None = None,
+                    bucket_rows: int = BUCKET_ROWS) -> pl.DataFrame:
+    """Rows that repeat an earlier row's id: columns ``shard`` (index in ``shard_paths``), ``row``, ``id``, in
+    (shard, row) order."""
     if not shard_paths:
         return pl.DataFrame(schema={"shard": pl.Int64, "row": pl.Int64, "id": pl.String})
     frames = [
         pl.scan_parquet(path, storage_options=storage_options).select("id")
-        .with_row_index("row").with_columns(pl.lit(index, dtype=pl.Int64).alias("shard"))
+        .with_row_index("row").with_columns(pl.col("row").cast(pl.Int64), pl.lit(index, dtype=pl.Int64).alias("shard"))
         for index, path in enumerate(shard_paths)
     ]
-    ids = pl.concat(frames, how="vertical").collect()
-    duplicates = ids.filter(~pl.col("id").is_first_distinct())
-    return duplicates.select(pl.col("shard"), pl.col("row").cast(pl.Int64), pl.col("id"))
+    ids = pl.concat(frames, how="vertical")
+    found = [bucket.sort("shard", "row").filter(~pl.col("id").is_first_distinct())
+             for bucket in _buckets(ids, bucket_rows)]
+    return pl.concat(found).sort("shard", "row").select("shard", "row", "id")
+
+
+def _buckets(ids: pl.LazyFrame, bucket_rows: int) -> Iterator[pl.DataFrame]:
+    """The rows of ``ids`` in buckets of about ``bucket_rows`` rows by a hash of ``id`` (all of them in one bucket
+    when they fit), each collected with the streaming engine."""
+    rows = ids.select(pl.len()).collect().item()
+    count = max(1, -(-rows // bucket_rows))
+    if count == 1:
+        yield ids.collect(engine="streaming")
+        return
+    for bucket in range(count):
+        yield ids.filter(pl.col("id").hash(seed=0) % count == bucket).collect(engine="streaming")
 
 
 def current_shards(store: Storage, blend: Blend, base: str, manifest: SourceManifest) -> list[str]:
@@ -90,7 +112,11 @@ def deduplicated_rows(store: Storage, blend: Blend, base: str, dataset: str) -> 
         ~pl.col("quality_is_duplicate")).drop("_row", "_shard", "_duplicate")
 
 
-def repeated_ids(store: Storage, blend: Blend, base: str, dataset: str) -> int:
+def repeated_ids(store: Storage, blend: Blend, base: str, dataset: str, bucket_rows: int = BUCKET_ROWS) -> int:
     """Ids that still occur more than once after removing the duplicates (the dedup check: must be 0)."""
-    return len(deduplicated_rows(store, blend, base, dataset).group_by("id").agg(pl.len().alias("n"))
-               .filter(pl.col("n") > 1).collect())
+    return count_repeated(deduplicated_rows(store, blend, base, dataset).select("id"), bucket_rows)
+
+
+def count_repeated(ids: pl.LazyFrame, bucket_rows: int = BUCKET_ROWS) -> int:
+    """How many distinct values of the ``id`` column occur more than once."""
+    return sum(bucket.filter(pl.col("id").is_duplicated())["id"].n_unique() for bucket in _buckets(ids, bucket_rows))

@@ -5,26 +5,45 @@
 - ``behavior``: what the assistant *did*, without any values: the tool-call sequence, the call count, the
   argument keys, whether tool results came back, and the kind of final answer. Two rows that used the same
   tools the same way get the same text, so a collapsed (degenerate) view shows up as few distinct texts.
+
+The views are defined on a row's Harmony messages: `embed_text` reads them from the Harmony text. A pool holds
+only valid Harmony rows (posttrain/pools.py ``base_filter``), whose text is exactly the rendering of their
+canonical ``messages`` (normalize/to_harmony.py), so `view_texts` reads the same messages from that JSON column
+instead, several times faster than parsing the text, with the same result
+(nemotron_assets_tests/posttrain/test_embedding.py checks both agree on the sample data, the fixtures and
+generated conversations). `write_views` builds all three views of a pool in one streaming pass.
 """
 
 import json
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
-import polars as pl
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from nemotron_assets.formats.harmony import Message, parse_harmony
 from nemotron_assets.layout import embedding_view_path, pool_path
+from nemotron_assets.normalize.to_harmony import PYTHON_TOOL_NAMES, arguments_text, python_code, reasoning_and_answer
 from nemotron_assets.storage import Storage
 
 VIEWS = ("prompt", "reasoning_excerpt", "behavior")
 EXCERPT_CHARS = 1000
 PASS_THROUGH = ("dataset", "meta_domain", "meta_correctness", "meta_difficulty_bin", "meta_reasoning_effort",
                 "meta_tool_call_count", "source_reasoning", "source_capability_target")
+#: Pool rows per record batch: a few MB of ``messages`` JSON, so memory stays small whatever the pool's size.
+BATCH_ROWS = 4096
 _NUMBER = re.compile(r"^\s*[-+]?\d[\d,]*(\.\d+)?\s*$")
 _BOXED = re.compile(r"\\boxed\{")
+#: The characters ``json.loads`` can find first in a JSON text without leading whitespace (object, array, string,
+#: number, true, false, null, NaN, Infinity): an answer starting with any other is text, without trying to parse it.
+_JSON_STARTS = frozenset('{["-0123456789tfnNI')
 
 
+# --- the definition, on Harmony text -----------------------------------------------------------------------------
 def embed_text(view: str, text: str) -> str:
     """The view's text for one Harmony conversation."""
     messages = [m for m in parse_harmony(text) if m.role not in ("system", "developer")]
@@ -42,12 +61,17 @@ def behavior_signature(messages: list[Message]) -> str:
     calls = [m for m in messages if m.role == "assistant" and m.recipient]
     results = [m for m in messages if m.role == "tool"]
     finals = [m for m in messages if m.role == "assistant" and m.channel == "final"]
-    sequence = " -> ".join(_tool_name(m.recipient) for m in calls) or "none"
-    keys = sorted({key for m in calls for key in _argument_keys(m.content)})
-    returned = "none" if not calls else ("all" if len(results) >= len(calls) else f"{len(results)}/{len(calls)}")
-    answer = answer_type(finals[-1].content) if finals else "none"
-    return (f"tools: {sequence}; calls: {len(calls)}; argument keys: {', '.join(keys) or 'none'}; "
-            f"results returned: {returned}; answer: {answer}")
+    return _signature([_tool_name(m.recipient) for m in calls],
+                      {key for m in calls for key in _argument_keys(m.content)},
+                      len(results), finals[-1].content if finals else None)
+
+
+def _signature(tools: list[str], keys: set[str], results: int, final: str | None) -> str:
+    """The behavior text from its parts (both readers end here, so they cannot word it differently)."""
+    returned = "none" if not tools else ("all" if results >= len(tools) else f"{results}/{len(tools)}")
+    answer = answer_type(final) if final is not None else "none"
+    return (f"tools: {' -> '.join(tools) or 'none'}; calls: {len(tools)}; argument keys: "
+            f"{', '.join(sorted(keys)) or 'none'}; results returned: {returned}; answer: {answer}")
 
 
 def answer_type(content: str) -> str:
@@ -61,6 +85,8 @@ def answer_type(content: str) -> str:
         return "boxed"
     if "```" in stripped:
         return "code"
+    if stripped[0] not in _JSON_STARTS:
+        return "text"
     try:
         json.loads(stripped)
         return "json"
@@ -84,24 +110,97 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
-def write_view(pool_file: str, view: str, out: Path, storage_options: dict | None) -> int:
-    """The view's rows (id, embed_text, word_count, pass-through metadata) for one pool file; returns the count."""
-    frame = pl.scan_parquet(pool_file, storage_options=storage_options).select("id", "text", *PASS_THROUGH).collect()
-    texts = [embed_text(view, text) for text in frame["text"]]
-    view_frame = frame.drop("text").with_columns(
-        embed_text=pl.Series(texts, dtype=pl.String),
-        word_count=pl.Series([word_count(t) for t in texts], dtype=pl.Int64),
-    ).select("id", "embed_text", "word_count", *PASS_THROUGH)
-    view_frame.write_parquet(out, compression="zstd")
-    return len(view_frame)
+# --- the same views, read from the canonical messages -----------------------------------------------------------
+@dataclass
+class _Turns:
+    """What the views need from a conversation, collected in one walk over its canonical messages."""
+
+    prompts: list[str] = field(default_factory=list)
+    analysis: list[str] = field(default_factory=list)  # reasoning and python-tool code, as Harmony's analysis
+    tools: list[str] = field(default_factory=list)  # called tools, in order ("python" for the built-in tool)
+    keys: set[str] = field(default_factory=set)
+    results: int = 0
+    final: str | None = None  # the last final answer
+
+    def assistant(self, message: dict[str, Any]) -> None:
+        """Mirrors normalize/to_harmony.py: reasoning is an analysis message; without calls the text is the final
+        answer, with calls each call is a message (a python call's code on the analysis channel)."""
+        reasoning, answer = reasoning_and_answer(message)
+        if reasoning:
+            self.analysis.append(reasoning)
+        calls = message.get("tool_calls") or []
+        if not calls:
+            self.final = answer
+        for call in calls:
+            name, arguments = call["function"]["name"], call["function"].get("arguments")
+            arguments = {} if arguments is None else arguments
+            if name in PYTHON_TOOL_NAMES:
+                code = python_code(arguments)
+                self.analysis.append(code)
+                self.tools.append("python")
+                self.keys.update(_argument_keys(code))
+                continue
+            self.tools.append(name)
+            if isinstance(arguments, dict):  # its JSON text's keys are its own: no need to write and read it
+                self.keys.update(str(key) for key in arguments)
+            else:
+                self.keys.update(_argument_keys(arguments_text(arguments)))
+
+
+def view_texts(messages_json: str | bytes) -> tuple[str, str, str]:
+    """(prompt, reasoning_excerpt, behavior) of one valid pool row, from its ``messages`` column."""
+    turns = _Turns()
+    for message in orjson.loads(messages_json):
+        role = message["role"]
+        if role == "user":
+            turns.prompts.append(message["content"])
+        elif role == "assistant":
+            turns.assistant(message)
+        elif role == "tool":
+            turns.results += 1
+    return ("\n\n".join(turns.prompts), "\n".join(turns.analysis)[:EXCERPT_CHARS],
+            _signature(turns.tools, turns.keys, turns.results, turns.final))
+
+
+# --- writing -----------------------------------------------------------------------------------------------------
+def view_schema(pool_schema: pa.Schema) -> pa.Schema:
+    """``id``, ``embed_text``, ``word_count``, then the pass-through columns with the pool's types."""
+    return pa.schema([pool_schema.field("id"), pa.field("embed_text", pa.string()),
+                      pa.field("word_count", pa.int64()), *(pool_schema.field(name) for name in PASS_THROUGH)])
+
+
+def _view_batches(pool: pq.ParquetFile, batch_rows: int) -> Iterator[tuple[pa.RecordBatch, list[tuple[str, str, str]]]]:
+    for batch in pool.iter_batches(batch_size=batch_rows, columns=["id", "messages", *PASS_THROUGH]):
+        yield batch, [view_texts(messages) for messages in batch.column("messages").to_pylist()]
+
+
+def write_view_files(pool_file: BinaryIO, out: dict[str, Path], batch_rows: int = BATCH_ROWS) -> int:
+    """Every view of one pool file in one pass, streamed: record batches in, one ParquetWriter per view (zstd)
+    writing to ``out[view]``. Returns the pool's rows."""
+    pool = pq.ParquetFile(pool_file)
+    schema = view_schema(pool.schema_arrow)
+    writers = {view: pq.ParquetWriter(out[view], schema, compression="zstd") for view in VIEWS}
+    rows = 0
+    try:
+        for batch, texts in _view_batches(pool, batch_rows):
+            rows += batch.num_rows
+            for position, view in enumerate(VIEWS):
+                embed = [row_texts[position] for row_texts in texts]
+                columns = [batch.column("id"), pa.array(embed, pa.string()),
+                           pa.array([word_count(text) for text in embed], pa.int64()),
+                           *(batch.column(name) for name in PASS_THROUGH)]
+                writers[view].write_table(pa.Table.from_arrays(columns, schema=schema))
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return rows
 
 
 def write_views(store: Storage, base: str, pool: str) -> int:
-    """Every view of one committed pool, each staged and committed; returns the pool's rows."""
-    rows = 0
-    for view in VIEWS:
-        with store.staging() as folder:
-            staged = folder / "part-00000.parquet"
-            rows = write_view(store.url(pool_path(base, pool)), view, staged, store.polars_options())
-            store.commit(staged, embedding_view_path(base, view, pool))
+    """Every view of one committed pool, staged and then committed; returns the pool's rows."""
+    with store.staging() as folder, store.open(pool_path(base, pool)) as pool_file:
+        staged = {view: folder / f"{view}.parquet" for view in VIEWS}
+        rows = write_view_files(pool_file, staged)
+        for view in VIEWS:
+            store.commit(staged[view], embedding_view_path(base, view, pool))
     return rows

@@ -31,7 +31,6 @@ ROW_GROUP_BYTES = 32 << 20
 #: A row stores its conversation about twice (``text`` and ``messages``, each ~``stats_char_len``) plus its tool
 #: declarations and metadata, estimated as this many bytes.
 ROW_OVERHEAD_BYTES = 1024
-MAX_ROW_GROUP_ROWS = 65536
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def row_group_rows(selected: pl.LazyFrame) -> int:
     """Rows per Parquet row group so that a group holds about `ROW_GROUP_BYTES` of the ``selected`` rows (a
     streaming scan of one small column)."""
     mean_chars = selected.select(pl.col("stats_char_len").mean()).collect(engine="streaming").item() or 0
-    return max(1, min(MAX_ROW_GROUP_ROWS, ROW_GROUP_BYTES // (2 * int(mean_chars) + ROW_OVERHEAD_BYTES)))
+    return max(1, ROW_GROUP_BYTES // (2 * int(mean_chars) + ROW_OVERHEAD_BYTES))
 
 
 def write_pool(store: Storage, base: str, rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds) -> dict:

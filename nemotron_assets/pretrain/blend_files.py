@@ -55,8 +55,8 @@ def build_blend_files(store: Storage, blend: Blend, manifests: dict[str, SourceM
         pairs: list[tuple[float, str]] = []
         result.tokens_by_split[split] = 0
         for entry in entries:
-            if entry.family:
-                continue  # post-training data takes the Harmony path, not the Megatron blend
+            if entry.kind != "pretrain":
+                continue  # post-training data takes the Harmony or the JSONL path, not the Megatron blend
             manifest = manifests[entry.name]
             shard_tokens: list[tuple[ShardKey, int]] = []
             for shard in manifest.shards:

@@ -10,7 +10,13 @@ logs an artifact (metadata + references to the output files) and declares the ar
 The post-training path has the same shape: each harmony_shard run uses the source manifests and logs
 ``<blend>-<dataset>-harmony`` (type harmony-shards: every finished Parquet shard + receipt of the dataset), and
 each candidate_pool run uses the Harmony artifacts of every family dataset and logs ``<blend>-pool-<pool>`` (type
-candidate-pool: the pool's Parquet part, receipt and manifest.json).
+candidate-pool: the pool's Parquet part, receipt and manifest.json). So does the JSONL path: each jsonl_shard run
+uses the source manifests and logs ``<blend>-<dataset>-jsonl`` (type jsonl-shards: every finished shard's receipt
+and the JSONL files it lists), and the jsonl_manifest run uses those and logs ``<blend>-jsonl`` (type
+jsonl-manifest: manifest.json and its receipt).
+Packed SFT: the sft_manifest run uses the Harmony shards artifact of every family dataset and logs ``<blend>-sft``
+(type sft-packed: manifest.json, packing_metadata.json and the manifest's receipt, checksummed; every packed shard's
+receipt, checksummed, and its two Parquet files and each split's .npy by reference).
 
 Off by default (``NEMOTRON_WANDB=1`` or ``enabled=True`` turns it on); off, it does nothing and never imports
 wandb (``pip install -e '.[lineage]'``). Artifacts hold references, never copies: ``file://`` or ``s3://``
@@ -38,13 +44,16 @@ from pydantic import Field
 from nemotron_assets.layout import (
     ShardKey,
     harmony_shard_prefix,
+    jsonl_manifest_path,
+    jsonl_manifest_prefix,
+    jsonl_shard_prefix,
     manifest_path,
     pool_dir,
     pool_path,
     pretrain_dir,
     shard_prefix,
 )
-from nemotron_assets.records import read_receipt
+from nemotron_assets.records import output_path, read_receipt
 from nemotron_assets.storage import Storage
 
 ENABLE_VARIABLE = "NEMOTRON_WANDB"
@@ -57,17 +66,20 @@ class ShardOutputs:
     artifact_suffix: str  # <blend>-<dataset>-<suffix>
     artifact_type: str
     prefix: Callable[[str, ShardKey], str]  # (blend, shard) -> storage prefix of its files
-    data_suffixes: tuple[str, ...]
+    data_suffixes: tuple[str, ...]  # () for shards whose files differ from shard to shard: those their receipt lists
     stats: tuple[str, ...]
     total: str  # the stat summed over shards into the metadata
+    job_type: str  # the asset whose runs log these artifacts
 
 
 PRETRAIN_SHARDS = ShardOutputs("shards", "pretrain-shards", shard_prefix, (".bin", ".idx"),
                                ("documents", "tokens", "bin_bytes", "idx_bytes", "bin_sha256", "idx_sha256"),
-                               "tokens")
+                               "tokens", "pretrain_shard")
 HARMONY_SHARDS = ShardOutputs("harmony", "harmony-shards", harmony_shard_prefix, (".parquet",),
                               ("rows", "records", "valid_harmony", "placeholder_prompts", "bytes", "sha256"),
-                              "records")
+                              "records", "harmony_shard")
+JSONL_SHARDS = ShardOutputs("jsonl", "jsonl-shards", jsonl_shard_prefix, (),
+                            ("rows_in", "rows", "dropped", "compression", "files"), "rows_in", "jsonl_shard")
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,12 @@ class WandbLineage(dg.ConfigurableResource):
     def log_shards(self, context: dg.AssetExecutionContext, store: Storage, blend: str,
                    shards: Sequence[tuple[str, dict]], manifests: dict,
                    outputs: ShardOutputs = PRETRAIN_SHARDS) -> None:
-        """One W&B run for a shard run (pretrain_shard, or harmony_shard with ``HARMONY_SHARDS``): uses each
-        touched dataset's source manifest and logs the dataset's shards artifact. ``shards``: (partition key,
-        metadata) of this run; ``manifests``: dataset -> SourceManifest."""
+        """One W&B run for a shard run (pretrain_shard, or harmony_shard with ``HARMONY_SHARDS``, jsonl_shard with
+        ``JSONL_SHARDS``): uses each touched dataset's source manifest and logs the dataset's shards artifact.
+        ``shards``: (partition key, metadata) of this run; ``manifests``: dataset -> SourceManifest."""
         if not self.enabled:
             return
-        job_type = "pretrain_shard" if outputs is PRETRAIN_SHARDS else "harmony_shard"
-        with self._run(context, blend, job_type) as (run, use):
+        with self._run(context, blend, outputs.job_type) as (run, use):
             for dataset, manifest in manifests.items():
                 use(source_artifact(store, blend, dataset, manifest))
                 ran = {key: _plain(meta) for key, meta in shards if ShardKey.parse(key).dataset == dataset}
@@ -130,6 +141,46 @@ class WandbLineage(dg.ConfigurableResource):
                                 _reference(store, data.rsplit(".", 1)[0] + ".json", checksum=True),
                                 _reference(store, f"{pool_dir(blend, pool)}/manifest.json", checksum=True)])
                 run.log_artifact(artifact)
+
+    def log_jsonl_manifest(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
+                           manifests: dict) -> None:
+        """One W&B run for a jsonl_manifest materialization: uses the JSONL shards artifact of every JSONL dataset
+        (``manifests``: dataset -> SourceManifest) and logs ``<blend>-jsonl`` (manifest.json and its receipt)."""
+        if not self.enabled:
+            return
+        import wandb
+
+        with self._run(context, blend, "jsonl_manifest") as (run, use):
+            for dataset, manifest in manifests.items():
+                use(shards_artifact(store, blend, dataset, manifest, JSONL_SHARDS))
+            artifact = wandb.Artifact(_name(f"{blend}-jsonl"), type="jsonl-manifest",
+                                      metadata={"dagster_run_id": context.run_id, **_plain(metadata)})
+            _add(artifact, [_reference(store, jsonl_manifest_path(blend), checksum=True),
+                            _reference(store, jsonl_manifest_prefix(blend) + ".json", checksum=True)])
+            run.log_artifact(artifact)
+
+    def log_sft(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
+                manifests: dict, files: Iterable[str], shards: Iterable[str]) -> None:
+        """One W&B run for an sft_manifest materialization: uses the Harmony shards artifact of every family
+        dataset (``manifests``: dataset -> SourceManifest) and logs ``<blend>-sft``. ``files``: the manifest's
+        files (manifest.json, packing_metadata.json, the .npy), ``shards``: the packed shards' storage prefixes,
+        both relative to the storage root."""
+        if not self.enabled:
+            return
+        import wandb
+
+        with self._run(context, blend, "sft_manifest") as (run, use):
+            for dataset, manifest in manifests.items():
+                use(shards_artifact(store, blend, dataset, manifest, HARMONY_SHARDS))
+            artifact = wandb.Artifact(_name(f"{blend}-sft"), type="sft-packed",
+                                      metadata={"dagster_run_id": context.run_id, **_plain(metadata)})
+            references = [_reference(store, relative, checksum=not relative.endswith(".npy")) for relative in files]
+            for prefix in shards:
+                references += [_reference(store, f"{prefix}.json", checksum=True),
+                               _reference(store, f"{prefix}.parquet", checksum=False),
+                               _reference(store, f"{prefix}.samples.parquet", checksum=False)]
+            _add(artifact, references)
+            run.log_artifact(artifact)
 
     def log_blend(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
                   outputs: Iterable[str], manifests: dict) -> None:
@@ -200,7 +251,8 @@ def shards_artifact(store: Storage, blend: str, dataset: str, manifest, outputs:
             continue
         receipts[str(key)] = {name: receipt.stats[name] for name in outputs.stats}
         references.append(_reference(store, f"{prefix}.json", checksum=True))
-        references += [_reference(store, prefix + suffix, checksum=False) for suffix in outputs.data_suffixes]
+        names = outputs.data_suffixes or tuple(receipt.files)
+        references += [_reference(store, output_path(prefix, name), checksum=False) for name in names]
     artifact = wandb.Artifact(_name(f"{blend}-{dataset}-{outputs.artifact_suffix}"), type=outputs.artifact_type,
                               metadata={"dataset": dataset, "shards_planned": len(manifest.shards),
                                         "shards_done": len(receipts),

@@ -56,9 +56,22 @@ def locate_model(spec: str, revision: str | None = None, field: str = "scoring.m
 
 
 def folder_digest(folder: Path) -> str:
-    """SHA-256 over every file's relative path and contents, in sorted path order (symlinks followed)."""
+    """SHA-256 over every file's relative path and contents, in sorted path order (symlinks followed).
+
+    Hashing a multi-GB model takes seconds per GB, and one command asks for it once per output it judges, so the
+    digest is remembered for this process while no file's size or modification time changes."""
     files = sorted(p for p in folder.rglob("*")
                    if p.is_file() and not IGNORED_DIRS.intersection(p.relative_to(folder).parts))
+    signature = (str(folder.resolve()), tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    if signature not in _DIGESTS:
+        _DIGESTS[signature] = _digest(folder, files)
+    return _DIGESTS[signature]
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _digest(folder: Path, files: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")

@@ -14,10 +14,14 @@ How a window of rows is computed (`NllScorer.score`), and why each step is safe:
    the pads change nothing that is scored. Without a mask, transformers lets SDPA use its causal kernel, which
    never builds a ``width x width`` matrix (a padding mask would force it to).
 3. Only the decoder body runs on every position. The output layer (hidden size x vocabulary, most of the compute
-   of a small model with a 128k vocabulary) runs only on the positions that predict a trained token, in chunks of
-   bounded size (`LOGITS_BYTES`), each reduced at once to one value per position by PyTorch's fused
-   ``cross_entropy`` (``logsumexp(logits) - logits[target]``): the ``positions x vocabulary`` logits of a whole
-   row are never held in memory.
+   of a small model with a 128k vocabulary) runs only on the positions that predict a trained token. Their NLL is
+   ``logsumexp(logits) - logits[target]``: the target's logit is one dot product per position, and the logsumexp
+   is taken tile by tile (`OutputTiles`): a tile of positions x vocabulary entries is one matrix product into a
+   preallocated buffer, reduced in place (max, ``exp``, sum) to one value per position and vocabulary block, and
+   the blocks are combined by a last, small logsumexp. On CPU a tile is 4 MB, so it is reduced while it is still
+   in the core's cache; that, and writing no fresh ``positions x 128k`` logits (and no log-softmax of them),
+   makes the output layer run at the speed of its matrix product (bench/bench_nll.py). On CUDA a tile spans the
+   whole vocabulary (`LOGITS_BYTES`), which suits a GPU's few large kernels better.
 4. Per-token values are summed per row in float64 (`numpy.bincount`), in position order: deterministic.
 
 Step 3 relies on the model's logits being exactly ``lm_head(decoder(x))``. That is checked when the model loads
@@ -40,8 +44,11 @@ from nemotron_assets.scoring.device import DeviceChoice
 from nemotron_assets.scoring.model_files import ModelFiles
 from nemotron_assets.scoring.samples import ScoringSample
 
-#: Memory for one chunk of output-layer logits (and the cross-entropy temporaries).
+#: Memory for one tile of output-layer logits on CUDA (the whole vocabulary for as many positions as fit).
 LOGITS_BYTES = 256 << 20
+#: Positions x vocabulary entries of one tile on CPU: 4 MB of fp32 logits, a core's L2 cache (measured in
+#: bench/bench_nll.py against longer and wider tiles).
+CPU_TILE = (1024, 1024)
 _PROBE_LENGTH = 8
 
 
@@ -94,7 +101,11 @@ class NllScorer:
         self.body, self.head = split_output_layer(self.model)
         self.vocab_size = int(self.head.weight.shape[0])
         self.input_vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
-        self.chunk_positions = max(1, logits_bytes // (self.vocab_size * 4 * 3))
+        if device.device == "cpu":
+            positions, vocabulary = CPU_TILE
+        else:
+            positions, vocabulary = max(1, logits_bytes // (self.vocab_size * 4 * 2)), self.vocab_size
+        self.tiles = OutputTiles(self.head, positions, vocabulary)
 
     @classmethod
     def load(cls, files: ModelFiles, device: DeviceChoice, batch_tokens: int, **options) -> "NllScorer":
@@ -138,10 +149,48 @@ class NllScorer:
         rows_t, positions_t = torch.from_numpy(rows).to(device), torch.from_numpy(positions).to(device)
         picked = hidden[rows_t, positions_t]
         targets = input_ids[rows_t, positions_t + 1]
-        token_nll = torch.empty(len(rows), dtype=torch.float64)
-        for start in range(0, len(rows), self.chunk_positions):
-            stop = start + self.chunk_positions
-            logits = self.head(picked[start:stop]).float()
-            chunk = torch.nn.functional.cross_entropy(logits, targets[start:stop], reduction="none")
-            token_nll[start:stop] = chunk.double().cpu()
+        token_nll = self.tiles.token_nll(picked, targets)
         return np.bincount(rows, weights=token_nll.numpy(), minlength=len(samples))
+
+
+class OutputTiles:
+    """``-log softmax(head(x))[target]`` for many positions, tile by tile (step 3 of the module docstring).
+
+    The head must be a linear layer (every Hugging Face causal LM's ``lm_head`` is): its weight rows are the
+    vocabulary entries, so a tile's logits are ``x @ weight[block].T (+ bias[block])``."""
+
+    def __init__(self, head: torch.nn.Module, positions: int, vocabulary: int) -> None:
+        if not isinstance(head, torch.nn.Linear):
+            raise InputError(f"the output layer is a {type(head).__name__}, not a linear layer: it cannot be scored",
+                             field="scoring.model")
+        self.weight, self.bias = head.weight, head.bias
+        self.positions = positions
+        size = int(self.weight.shape[0])
+        self.blocks = [(start, min(start + vocabulary, size)) for start in range(0, size, vocabulary)]
+        self.buffer = torch.empty(positions * min(vocabulary, size), dtype=self.weight.dtype,
+                                  device=self.weight.device)
+
+    def token_nll(self, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """float64 NLL (on the CPU) of ``targets[i]`` after ``states[i]``, for every row of `states`."""
+        out = torch.empty(len(targets), dtype=torch.float64)
+        for start in range(0, len(targets), self.positions):
+            x, target = states[start:start + self.positions], targets[start:start + self.positions]
+            target_logit = (x.float() * self.weight[target].float()).sum(1)
+            if self.bias is not None:
+                target_logit += self.bias[target].float()
+            out[start:start + len(x)] = (self._logsumexp(x) - target_logit).double().cpu()
+        return out
+
+    def _logsumexp(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 logsumexp of ``head(x)`` over the vocabulary: per block into the buffer, reduced in place."""
+        per_block = torch.empty(len(x), len(self.blocks), dtype=torch.float32, device=x.device)
+        for j, (start, stop) in enumerate(self.blocks):
+            logits = self.buffer[: len(x) * (stop - start)].view(len(x), stop - start)  # contiguous
+            torch.mm(x, self.weight[start:stop].T, out=logits)
+            if self.bias is not None:
+                logits += self.bias[start:stop]
+            tile = logits.float()  # the buffer itself in fp32; a copy of a bf16 tile
+            peak = tile.amax(1)
+            tile.sub_(peak[:, None]).exp_()
+            per_block[:, j] = peak + tile.sum(1).log()
+        return torch.logsumexp(per_block, 1)

@@ -9,7 +9,8 @@ function, `render_conversations`, which is the glue point between the two packag
 Differences from SFT samples, on purpose:
 
 - no per-turn split: the score is about the whole row, so a reasoning conversation stays one sample;
-- Harmony keeps the reasoning (``auto_drop_analysis=False``): it is part of what is scored;
+- Harmony keeps the reasoning (a whole conversation has no history whose reasoning Harmony SFT would drop): it is
+  part of what is scored;
 - a conversation without tools (``tools`` null or ``[]``) renders with ``tools=None``, as a trainer calls
   ``apply_chat_template`` for it (a template tests ``tools is not none``).
 
@@ -81,7 +82,7 @@ class ModelRenderer:
     def __init__(self, files: ModelFiles) -> None:
         self.templates = find_chat_templates(files.folder)
         self.tokenizer = load_chat_tokenizer(str(files.folder))
-        self.harmony = HarmonyTemplate(auto_drop_analysis=False) if self.templates.harmony else None
+        self.harmony = HarmonyTemplate() if self.templates.harmony else None
         self.jinja = {name: JinjaChatTemplate(t.source, t.where, self.tokenizer.template_tokens)
                       for name, t in self.templates.templates.items()}
 

@@ -12,6 +12,9 @@ scoring:
   near_dup_threshold: 0.95                 # cosine at or above which two rows are reported as near-duplicates
 ```
 
+Each scored pool gives the selections ``<pool>_easy`` and ``<pool>_hard`` (and ``<pool>_diverse`` with
+``diverse_k``): pools of their own, which ``sft.from`` may name (`ScoringSettings.selections`).
+
 Nothing here imports torch: a blend is validated before anything heavy loads (`extra.require_scoring_extra`).
 """
 
@@ -21,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from nemotron_assets.posttrain.pool_names import POOL_NAMES
 from nemotron_assets.scoring.model_files import DEFAULT_EMBEDDING_MODEL
+
+EASY, HARD, DIVERSE = "easy", "hard", "diverse"
 
 
 class ScoringSettings(BaseModel):
@@ -58,3 +63,17 @@ class ScoringSettings(BaseModel):
             raise ValueError(f"max_tokens ({self.max_tokens}) must not exceed batch_tokens ({self.batch_tokens}): "
                              "the longest row has to fit one forward pass")
         return self
+
+    def selections(self) -> list[str]:
+        """The selected pools' names, per scored pool in order: ``<pool>_easy``, ``<pool>_hard`` and, with
+        ``diverse_k``, ``<pool>_diverse``."""
+        kinds = (EASY, HARD, DIVERSE) if self.diverse_k else (EASY, HARD)
+        return [f"{pool}_{kind}" for pool in self.pools for kind in kinds]
+
+
+def split_selection(name: str) -> tuple[str, str]:
+    """``tool_use_easy`` -> (``tool_use``, ``easy``); `ValueError` for a name that is no selection."""
+    pool, _, kind = name.rpartition("_")
+    if kind not in (EASY, HARD, DIVERSE) or pool not in POOL_NAMES:
+        raise ValueError(f"not a selected pool: {name!r} (expected <pool>_easy, <pool>_hard or <pool>_diverse)")
+    return pool, kind

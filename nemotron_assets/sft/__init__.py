@@ -33,10 +33,12 @@ Modules:
 
 - ``templates.py`` — Jinja templates in transformers' environment; trained spans from ``{% generation %}`` tags or,
   without tags, by prefix rendering; the built-in ``chatml``.
-- ``harmony.py`` — the ``harmony`` template: openai-harmony's training render (default config).
+- ``harmony.py`` — the ``harmony`` template: openai-harmony's training render, keeping the trained turn's
+  reasoning and dropping the history's.
 - ``tokenizers.py`` / ``o200k.py`` — one tokenization per text and a char -> token map per text, exact to Hugging
   Face ``tokenizers`` / tiktoken, with a proven fastokens fast path; ``o200k_harmony`` built offline.
 - ``masks.py`` — spans -> token mask (transformers' rule) and truncation.
+- ``masked_roles.py`` — where system/developer/user/tool text is, for the no-trained-token check.
 - ``samples.py`` — a conversation -> samples: split per user turn for reasoning, drop reasons.
 - ``chat_format.py`` — the ``sft:`` settings (``chat_template``, ``tokenizer_model``) -> template + tokenizer.
 - ``pool.py`` — the same on several worker processes.

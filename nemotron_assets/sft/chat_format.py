@@ -30,7 +30,6 @@ class ChatFormatSpec:
     tokenizer_revision: str | None = None
     tokenizer_backend: str = "auto"  # auto | reference | fastokens
     reasoning_effort: str | None = "medium"  # harmony: the system message's "Reasoning:" line
-    auto_drop_analysis: bool = True  # harmony: openai-harmony's render option (its default)
     render_date: datetime = RENDER_DATE  # Jinja: what strftime_now formats
 
 
@@ -72,7 +71,7 @@ def load_chat_format(spec: ChatFormatSpec) -> ChatFormat:
     tokenizer = cached_chat_tokenizer(spec.tokenizer_model, spec.tokenizer_revision, spec.tokenizer_backend)
     template: ChatTemplate
     if spec.chat_template == HARMONY:
-        template = HarmonyTemplate(spec.reasoning_effort, spec.auto_drop_analysis)
+        template = HarmonyTemplate(spec.reasoning_effort)
     else:
         template = load_template(spec.chat_template, tokenizer.template_tokens, spec.render_date)
     return ChatFormat(spec, template, tokenizer)

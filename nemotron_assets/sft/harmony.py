@@ -1,15 +1,28 @@
 """Harmony chat SFT: a canonical conversation -> Harmony text plus the character spans a model is trained on.
 
-The text is what openai-harmony's ``render_conversation_for_training`` writes for the conversation's Harmony
-messages, with the library's default config (``auto_drop_analysis=True``). That default drops every ``analysis``
-message before the first ``final`` one when the last assistant message is a final answer (so a one-turn sample
-loses its reasoning); ``auto_drop_analysis=False`` keeps it, as ``harmony_shard`` does. The rendering itself is
-`nemotron_assets.formats.harmony.render_harmony`.
+**Which reasoning a sample keeps (a product decision).** openai-harmony's training render, with the library's
+default config (``auto_drop_analysis=True``), drops every ``analysis`` message before the first ``final`` one when
+the last assistant message is a final answer. A one-turn sample would then lose the very reasoning we want to train.
+What we render instead, for a sample trained from message ``trained_from`` on (`samples.plan_samples`):
 
-Trained text: for each assistant message, everything after the role name ``assistant`` through its terminator::
+- the *history* (the messages before ``trained_from``: earlier turns, shown but not trained) loses its ``analysis``
+  messages, as a model sees it at inference time: gpt-oss drops the reasoning of finished turns;
+- the *trained part* keeps every message, its reasoning included.
+
+So a sample's text equals openai-harmony's ``render_conversation_for_training`` with ``auto_drop_analysis=False`` of
+the sample's Harmony messages from which the history's ``analysis`` messages were removed (tested token for token in
+``nemotron_assets_tests/sft/test_harmony_sft.py``). A whole conversation (``trained_from = 0``: no reasoning, or
+scoring's whole-row render) has no history and keeps everything, as ``harmony_shard`` stores it. The rendering itself
+is `nemotron_assets.formats.harmony.render_harmony`.
+
+Trained text: for each assistant message of the trained part, everything after the role name ``assistant`` through
+its terminator::
 
     <|start|>assistant<|channel|>final<|message|>21 °C.<|return|>
                       ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^ trained
+
+Masked text (for the packed shards' ``no_trained_token_on_masked_role`` check): every message that is not the
+assistant's, whole, from its ``<|start|>`` through its terminator (system, developer, user and tool messages).
 
 The canonical (OpenAI-style) messages become Harmony messages through `nemotron_assets.normalize.to_harmony`, in
 one function, `harmony_messages`: system turns become the developer message's instructions, reasoning an
@@ -23,9 +36,10 @@ from typing import Any
 
 from nemotron_assets.formats.harmony import END, START, HarmonyError, Message, conversation_prelude, render_harmony
 from nemotron_assets.normalize.to_harmony import harmony_conversation
-from nemotron_assets.sft.templates import RenderedSample, TemplateRenderError
+from nemotron_assets.sft.templates import RenderedSample, Span, TemplateRenderError
 
 HARMONY = "harmony"
+ANALYSIS = "analysis"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,55 +77,50 @@ def _body_length(messages: Sequence[Mapping[str, Any]]) -> int:
     return len(harmony_conversation([_stored_form(message) for message in messages], []).messages)
 
 
-def dropped_by_default_config(messages: Sequence[Message]) -> list[bool]:
-    """Which messages openai-harmony's ``auto_drop_analysis`` leaves out: when the last assistant message is on the
-    ``final`` channel, every ``analysis`` message (of any author) before the first ``final`` message."""
-    last_assistant = next((m for m in reversed(messages) if m.role == "assistant"), None)
-    if last_assistant is None or last_assistant.channel != "final":
-        return [False] * len(messages)
-    first_final = next((i for i, m in enumerate(messages) if m.channel == "final"), len(messages))
-    return [i < first_final and m.channel == "analysis" for i, m in enumerate(messages)]
+def sample_messages(conversation: HarmonyConversation, first_trained: int) -> list[tuple[Message, bool]]:
+    """The Harmony messages a sample renders, each with whether it is trained: the history (before index
+    `first_trained`) without its ``analysis`` messages, then every message of the trained part (module docstring)."""
+    return [(message, i >= first_trained and message.role == "assistant")
+            for i, message in enumerate(conversation.messages)
+            if i >= first_trained or message.channel != ANALYSIS]
 
 
 class HarmonyTemplate:
     """The ``harmony`` chat template. `reasoning_effort` goes into the system message (openai-harmony's default is
-    ``medium``); `auto_drop_analysis` is the library's render option, on by default as in the library."""
+    ``medium``)."""
 
     name = HARMONY
     end_of_turn = END
 
-    def __init__(self, reasoning_effort: str | None = "medium", auto_drop_analysis: bool = True) -> None:
+    def __init__(self, reasoning_effort: str | None = "medium") -> None:
         self.reasoning_effort = reasoning_effort
-        self.auto_drop_analysis = auto_drop_analysis
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
                trained_from: int = 0) -> RenderedSample:
-        """Text and trained spans; messages before index `trained_from` are rendered but not trained."""
+        """Text and trained spans; messages before index `trained_from` are rendered (without their reasoning) but
+        not trained."""
         conversation = harmony_messages(messages, tools, self.reasoning_effort)
         first_trained = conversation.body_start + _body_length(messages[:trained_from])
-        kept = conversation.messages
-        trained = [i >= first_trained and m.role == "assistant" for i, m in enumerate(kept)]
-        if self.auto_drop_analysis:
-            dropped = dropped_by_default_config(kept)
-            trained = [t for t, drop in zip(trained, dropped) if not drop]
-            kept = [m for m, drop in zip(kept, dropped) if not drop]
+        kept = sample_messages(conversation, first_trained)
         try:
-            text = render_harmony(kept)
+            text = render_harmony([message for message, _ in kept])
         except HarmonyError as error:
             raise TemplateRenderError(HARMONY, str(error)) from None
-        return RenderedSample(text, tuple(_assistant_spans(text, trained)))
+        blocks = _message_blocks(text, len(kept))
+        skip = len(START) + len("assistant")
+        trained = tuple((start + skip, end) for (start, end), (_, is_trained) in zip(blocks, kept) if is_trained)
+        masked = tuple(block for block, (message, _) in zip(blocks, kept) if message.role != "assistant")
+        return RenderedSample(text, trained, masked)
 
 
-def _assistant_spans(text: str, trained: list[bool]) -> list[tuple[int, int]]:
-    """Each trained message's span: from after ``<|start|>assistant`` to the end of its terminator. Content cannot
-    hold ``<|start|>`` (the renderer refuses special-token literals), so message i starts at its i-th occurrence."""
+def _message_blocks(text: str, count: int) -> list[Span]:
+    """Each message's characters, from its ``<|start|>`` to the end of its terminator. Content cannot hold
+    ``<|start|>`` (the renderer refuses special-token literals), so message i starts at its i-th occurrence."""
     starts = []
     at = text.find(START)
     while at >= 0:
         starts.append(at)
         at = text.find(START, at + len(START))
-    if len(starts) != len(trained):
-        raise RuntimeError(f"found {len(starts)} messages in the Harmony text, rendered {len(trained)}")
-    ends = starts[1:] + [len(text)]
-    skip = len(START) + len("assistant")
-    return [(start + skip, end) for start, end, is_trained in zip(starts, ends, trained) if is_trained]
+    if len(starts) != count:
+        raise RuntimeError(f"found {len(starts)} messages in the Harmony text, rendered {count}")
+    return list(zip(starts, starts[1:] + [len(text)]))

@@ -30,8 +30,18 @@ class TokenLocator(Protocol):
 
 def assistant_mask(n_tokens: int, spans: Sequence[Span], locator: TokenLocator) -> np.ndarray:
     """uint8[n_tokens], 1 on the tokens of the trained spans (transformers' rule, see the module docstring)."""
+    return mask_from_span_tokens(n_tokens, locator.tokens_at(span_ends(spans)))
+
+
+def span_ends(spans: Sequence[Span]) -> list[int]:
+    """The characters whose tokens `mask_from_span_tokens` needs: each span's first and last character."""
+    return [char for start, end in spans for char in (start, end - 1)]
+
+
+def mask_from_span_tokens(n_tokens: int, ends: Sequence[int | None]) -> np.ndarray:
+    """The mask of `assistant_mask` from the tokens holding `span_ends` (for callers that locate other characters
+    in the same `TokenLocator.tokens_at` call)."""
     mask = np.zeros(n_tokens, dtype=np.uint8)
-    ends = locator.tokens_at([char for start, end in spans for char in (start, end - 1)])
     for first, last in zip(ends[0::2], ends[1::2]):
         if first is None:
             break

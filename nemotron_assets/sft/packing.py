@@ -1,7 +1,8 @@
 """Pack tokenized chat samples into bins of at most ``pack_size`` training positions (Megatron-Bridge packed SFT).
 
-A *sample* is one tokenized conversation: ``input_ids`` (int32) and ``assistant_mask`` (uint8, *unshifted*: 1 where
-the token itself is trained), plus its id, dataset, source row, repeat copy and license (`PackSample`). A *bin* is
+A *sample* is one tokenized conversation (or one user turn of it): ``input_ids`` (int32) and ``assistant_mask``
+(uint8, *unshifted*: 1 where the token itself is trained), plus its id, dataset, source row, index in its
+conversation, repeat copy and license (`PackSample`). A *bin* is
 a run of whole samples laid end to end: ``input_ids``, ``loss_mask`` and ``seq_start_id`` (`PackedBin`).
 
 The rules come from how Megatron-Bridge reads a bin (``src/megatron/bridge/data/packing/gpt_sft.py``,
@@ -84,6 +85,7 @@ class PackSample:
     assistant_mask: np.ndarray
     copy: int = 0  # which repeat of the row this is (split.repeat_count)
     license: str | None = None
+    sample: int = 0  # which sample of its conversation this is (one per user turn with reasoning)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class BinMember:
     offset: int  # its seq_start_id
     length: int  # tokens stored, padding included
     truncated: bool
+    sample: int = 0
 
 
 @dataclass(frozen=True)
@@ -393,7 +396,7 @@ def build_bin(members: Sequence[PreparedSample]) -> PackedBin:
     loss_mask[:-1] = unshifted[1:]
     loss_mask[ends - 1] = 0  # a sample's last position predicts nothing (not the next sample's first token)
     placed = tuple(BinMember(r.sample.id, r.sample.dataset, int(r.sample.source_row), int(r.sample.copy),
-                             int(start), int(length), r.truncated)
+                             int(start), int(length), r.truncated, int(r.sample.sample))
                    for r, start, length in zip(members, starts, lengths))
     return PackedBin(input_ids, loss_mask, starts.astype(np.int32), placed)
 
@@ -480,7 +483,7 @@ def sample_digest(input_ids: np.ndarray, loss_mask: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-SampleKey = tuple[str, str, int]  # (dataset, id, copy)
+SampleKey = tuple[str, str, int, int]  # (dataset, id, sample, copy)
 
 
 def compare_samples(stored: Iterable[tuple[SampleKey, str]], planned: Iterable[tuple[SampleKey, str]],

@@ -30,6 +30,8 @@ class FlatBatch:
     ids: np.ndarray  # int32, every sample's ids one after the other
     masks: np.ndarray  # uint8, the same layout
     offsets: np.ndarray  # int64, samples + 1
+    masked: np.ndarray  # int32, every sample's flat masked-role token spans one after the other
+    masked_offsets: np.ndarray  # int64, samples + 1
     user_turns: list[int | None]
     message_counts: list[int]
     samples_per_conversation: list[int]
@@ -44,6 +46,8 @@ def flatten(results: Sequence[ConversationSamples]) -> FlatBatch:
         ids=np.concatenate([s.ids for s in samples]) if samples else np.zeros(0, np.int32),
         masks=np.concatenate([s.assistant_mask for s in samples]) if samples else np.zeros(0, np.uint8),
         offsets=np.cumsum([0, *lengths], dtype=np.int64),
+        masked=np.concatenate([s.masked_spans for s in samples]) if samples else np.zeros(0, np.int32),
+        masked_offsets=np.cumsum([0, *(len(s.masked_spans) for s in samples)], dtype=np.int64),
         user_turns=[s.user_turn for s in samples],
         message_counts=[s.messages for s in samples],
         samples_per_conversation=[len(result.samples) for result in results],
@@ -53,9 +57,10 @@ def flatten(results: Sequence[ConversationSamples]) -> FlatBatch:
 
 
 def expand(batch: FlatBatch) -> list[ConversationSamples]:
-    bounds = batch.offsets.tolist()
-    samples = [Sample(batch.ids[a:b], batch.masks[a:b], turn, count)
-               for a, b, turn, count in zip(bounds[:-1], bounds[1:], batch.user_turns, batch.message_counts)]
+    bounds, masked = batch.offsets.tolist(), batch.masked_offsets.tolist()
+    samples = [Sample(batch.ids[a:b], batch.masks[a:b], turn, count, batch.masked[c:d])
+               for a, b, c, d, turn, count in zip(bounds[:-1], bounds[1:], masked[:-1], masked[1:],
+                                                  batch.user_turns, batch.message_counts)]
     results, at = [], 0
     for count, dropped, why in zip(batch.samples_per_conversation, batch.dropped, batch.why):
         results.append(ConversationSamples(samples[at : at + count], Counter(dropped), why))
@@ -63,28 +68,52 @@ def expand(batch: FlatBatch) -> list[ConversationSamples]:
     return results
 
 
-_format: ChatFormat | None = None  # the worker's template and tokenizer
+@dataclass(frozen=True)
+class FormattedBatch:
+    """A batch rendered with its own chat format (e.g. Harmony with the rows' own reasoning effort) instead of the
+    one `samples_in_processes` was given; a worker loads each format once (the tokenizer is shared)."""
+
+    spec: ChatFormatSpec
+    conversations: Sequence[Conversation]
+
+
+Batch = Sequence[Conversation] | FormattedBatch
+_formats: dict[ChatFormatSpec, ChatFormat] = {}  # this process's templates and tokenizers
+_default: ChatFormatSpec | None = None  # the spec of plain batches, in a worker
+
+
+def _format_of(spec: ChatFormatSpec) -> ChatFormat:
+    if spec not in _formats:
+        _formats[spec] = load_chat_format(spec)
+    return _formats[spec]
 
 
 def _load(spec: ChatFormatSpec) -> None:
-    global _format
-    _format = load_chat_format(spec)
+    global _default
+    _default = spec
+    _format_of(spec)
 
 
-def _samples(batch: Sequence[Conversation]) -> FlatBatch:
-    if _format is None:
+def _run(batch: Batch, default: ChatFormatSpec | None) -> list[ConversationSamples]:
+    spec, conversations = (batch.spec, batch.conversations) if isinstance(batch, FormattedBatch) else (default, batch)
+    if spec is None:
         raise RuntimeError("the worker was started without a chat format")
-    return flatten(samples_for_conversations(batch, _format.template, _format.tokenizer))
+    chat_format = _format_of(spec)
+    return samples_for_conversations(conversations, chat_format.template, chat_format.tokenizer)
 
 
-def samples_in_processes(batches: Iterable[Sequence[Conversation]], spec: ChatFormatSpec, workers: int = 2,
+def _samples(batch: Batch) -> FlatBatch:
+    return flatten(_run(batch, _default))
+
+
+def samples_in_processes(batches: Iterable[Batch], spec: ChatFormatSpec, workers: int = 2,
                          ahead: int = 2) -> Iterator[list[ConversationSamples]]:
     """`samples_for_conversations` of each batch, in order, computed by `workers` processes (``workers=1``: in this
-    process). Errors raised for a batch (`InputError` for a non-canonical conversation) are raised here."""
+    process), with `spec`'s chat format or a `FormattedBatch`'s own. Errors raised for a batch (`InputError` for a
+    non-canonical conversation) are raised here."""
     if workers <= 1:
-        chat_format = load_chat_format(spec)
         for batch in batches:
-            yield samples_for_conversations(batch, chat_format.template, chat_format.tokenizer)
+            yield _run(batch, spec)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(spec,)) as pool:

@@ -12,7 +12,8 @@ Steps for one conversation (`samples_for_conversations` runs them on a whole bat
 4. Render each sample with the template (text + trained character spans); a template that refuses it
    (``raise_exception``, ...) drops it as ``template_error``.
 5. Tokenize all texts at once and map spans to tokens (`masks.assistant_mask`). A sample without a trained token
-   is dropped as ``no_trained_tokens``.
+   is dropped as ``no_trained_tokens``. In the same lookup, the text of the masked roles (system, developer, user,
+   tool) becomes token spans (`masked_roles.py`), which the packed shards' check holds the mask against.
 """
 
 from collections import Counter
@@ -23,8 +24,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from nemotron_assets.errors import InputError
-from nemotron_assets.sft.masks import assistant_mask
-from nemotron_assets.sft.templates import RenderedSample, TemplateRenderError
+from nemotron_assets.sft.masked_roles import inner_probes, inner_token_spans, masked_content_spans
+from nemotron_assets.sft.masks import assistant_mask, mask_from_span_tokens, span_ends
+from nemotron_assets.sft.templates import JinjaChatTemplate, RenderedSample, TemplateRenderError, end_of_turn_text
 from nemotron_assets.sft.tokenizers import ChatTokenizer, TokenizedText
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -52,12 +54,14 @@ class ChatTemplate(Protocol):
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One training sample. `user_turn` is the 0-based user turn it ends with for a reasoning conversation split per
-    turn, None for a whole conversation; `messages` is how many of the conversation's messages it renders."""
+    turn, None for a whole conversation; `messages` is how many of the conversation's messages it renders;
+    `masked_spans` the token ranges of masked-role text, flat (``[start0, end0, start1, end1, ...]``)."""
 
     ids: np.ndarray  # int32
     assistant_mask: np.ndarray  # uint8, 1 = trained
     user_turn: int | None
     messages: int
+    masked_spans: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
 
 @dataclass
@@ -214,7 +218,7 @@ def samples_for_conversations(conversations: Iterable[tuple[Messages, Tools]], t
     """Samples of each (messages, tools) conversation, in order. Raises `InputError` for a conversation that is not
     canonical (the caller adds the file and line) and `TemplateNotPrefixStable` for an unusable template."""
     results: list[ConversationSamples] = []
-    pending: list[tuple[ConversationSamples, PlannedSample, RenderedSample]] = []
+    pending: list[tuple[ConversationSamples, PlannedSample, RenderedSample, Messages]] = []
     for messages, tools in conversations:
         result = ConversationSamples()
         results.append(result)
@@ -236,15 +240,41 @@ def samples_for_conversations(conversations: Iterable[tuple[Messages, Tools]], t
             if not _encodable(rendered.text):
                 result.drop(INVALID_UNICODE, "the text holds a lone surrogate, which is not UTF-8")
                 continue
-            pending.append((result, plan, rendered))
-    tokenized = tokenizer.encode_batch([rendered.text for _, _, rendered in pending])
-    for (result, plan, rendered), tokens in zip(pending, tokenized):
-        mask = mask_for(tokens, rendered)
+            pending.append((result, plan, rendered, prefix))
+    tokenized = tokenizer.encode_batch([rendered.text for _, _, rendered, _ in pending])
+    closing = _end_of_turn(template)
+    for (result, plan, rendered, prefix), tokens in zip(pending, tokenized):
+        mask, masked = _mask_and_masked_spans(tokens, rendered, prefix, closing)
         if not mask.any():
             result.drop(NO_TRAINED_TOKENS, "no token of the sample is trained")
             continue
-        result.samples.append(Sample(tokens.ids, mask, plan.user_turn, plan.end))
+        result.samples.append(Sample(tokens.ids, mask, plan.user_turn, plan.end, masked))
     return results
+
+
+def _end_of_turn(template: ChatTemplate) -> str | None:
+    """A Jinja template's end-of-turn text (masked_roles.py moves past it), None when it cannot be found or the
+    template locates masked text itself (Harmony)."""
+    if not isinstance(template, JinjaChatTemplate):
+        return None
+    try:
+        return end_of_turn_text(template)
+    except InputError:
+        return None
+
+
+def _mask_and_masked_spans(tokens: TokenizedText, rendered: RenderedSample, messages: Messages,
+                           end_of_turn: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """The assistant mask and the flat token spans of masked-role text, located in one lookup."""
+    masked_chars = rendered.masked_spans
+    if masked_chars is None:
+        masked_chars = masked_content_spans(messages, rendered.text, end_of_turn)
+    ends = span_ends(rendered.trained_spans)
+    found = tokens.locator.tokens_at(ends + inner_probes(masked_chars))
+    n_tokens = len(tokens.ids)
+    spans = inner_token_spans(found[len(ends):], n_tokens)
+    return (mask_from_span_tokens(n_tokens, found[: len(ends)]),
+            np.asarray([bound for span in spans for bound in span], dtype=np.int32))
 
 
 def samples_for_conversation(messages: Messages, tools: Tools, template: ChatTemplate,

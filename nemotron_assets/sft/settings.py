@@ -13,6 +13,8 @@ sft:
   from: all                          # all | [pool, ...]
   used_in: null                      # keep rows whose used_in lists this (or any of these)
   formats: [parquet]                 # [parquet] | [parquet, npy]
+  seed: 42                           # first_fit_shuffle's order and fractional repeat weights
+  shard_tokens: 67108864             # packed positions per output shard, about (256 MiB of int32 ids)
 ```
 
 What each key does is in ``sft/__init__.py`` and docs/architecture.md §4.4. Which settings change which files is
@@ -29,6 +31,9 @@ from nemotron_assets.sft.split import Holdout
 
 BUILTIN_TEMPLATES = ("harmony", "chatml")
 FORMATS = ("parquet", "npy")
+#: A packed shard holds ``max(1, shard_tokens // pack_size)`` bins: 64 Mi positions, 256 MiB of int32 ids, about
+#: 320 MiB to pack in memory (ids + masks), well inside the 1 GiB a packing step may use.
+DEFAULT_SHARD_TOKENS = 64 << 20
 
 
 class HoldoutSettings(BaseModel):
@@ -63,6 +68,8 @@ class SftSettings(BaseModel):
     used_in: str | list[str] | None = Field(None, description="Keep rows whose used_in lists one of these.")
     formats: list[Literal["parquet", "npy"]] = Field(["parquet"], description="[parquet] or [parquet, npy].")
     seed: int = Field(42, description="Seed of first_fit_shuffle's order and of fractional repeat weights.")
+    shard_tokens: int = Field(DEFAULT_SHARD_TOKENS, ge=1, description="Packed positions per output shard, about: "
+                              "a shard holds max(1, shard_tokens // pack_size) bins.")
 
     @field_validator("chat_template")
     @classmethod
@@ -91,6 +98,11 @@ class SftSettings(BaseModel):
         if self.pad_to_multiple > self.pack_size:
             raise ValueError(f"pad_to_multiple ({self.pad_to_multiple}) exceeds pack_size ({self.pack_size})")
         return self
+
+    @property
+    def bins_per_shard(self) -> int:
+        """Bins of one packed output shard (the last shard of a split takes the rest)."""
+        return max(1, self.shard_tokens // self.pack_size)
 
     @property
     def used_in_values(self) -> tuple[str, ...]:

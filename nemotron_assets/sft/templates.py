@@ -60,10 +60,14 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 @dataclass(frozen=True, slots=True)
 class RenderedSample:
-    """A rendered conversation: its text and the character spans a model is trained to produce, in text order."""
+    """A rendered conversation: its text and the character spans a model is trained to produce, in text order.
+
+    `masked_spans`: where the text of system, developer, user and tool messages is, when the template knows it
+    exactly (Harmony); None lets `masked_roles.masked_content_spans` find it (Jinja templates)."""
 
     text: str
     trained_spans: tuple[Span, ...]
+    masked_spans: tuple[Span, ...] | None = None
 
 
 class TemplateRenderError(ValueError):

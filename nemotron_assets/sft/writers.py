@@ -3,7 +3,7 @@
 Layout under ``<root>/<blend>/sft/`` (the names below; the lead's layout code joins them)::
 
     <split>/shard_NNNNN.parquet           one row per bin (PACKED_SCHEMA), zstd, row groups of 1,000 bins
-    <split>/shard_NNNNN.samples.parquet   one row per sample: (bin, offset) -> id, dataset, source row (SAMPLES_SCHEMA)
+    <split>/shard_NNNNN.samples.parquet   one row per sample: (bin, offset) -> id, sample, dataset, source row
     <split>.npy                           with ``formats: [parquet, npy]``: every bin of the split, one file
     manifest.json                         per split: files, samples, bins, tokens, drops, licenses; hashes, EOS id
     packing_metadata.json                 Bridge's packing metadata, one dict per split (``pad_cu_seqlens``)
@@ -77,6 +77,7 @@ SAMPLES_SCHEMA = pa.schema([
     ("offset", pa.int32()),  # the sample's seq_start_id in the bin
     ("length", pa.int32()),  # tokens stored, padding included
     ("id", pa.string()),
+    ("sample", pa.int32()),  # the sample's index in its conversation (one per user turn with reasoning)
     ("dataset", pa.string()),
     ("source_row", pa.int64()),
     ("copy", pa.int32()),  # repeat copy of the row (0 for the first)
@@ -175,7 +176,8 @@ class PackedShardWriter:
         self._samples.write_table(pa.Table.from_pydict({
             "bin": [row for row, _ in members], "offset": [m.offset for _, m in members],
             "length": [m.length for _, m in members], "id": [m.id for _, m in members],
-            "dataset": [m.dataset for _, m in members], "source_row": [m.source_row for _, m in members],
+            "sample": [m.sample for _, m in members], "dataset": [m.dataset for _, m in members],
+            "source_row": [m.source_row for _, m in members],
             "copy": [m.copy for _, m in members], "truncated": [m.truncated for _, m in members],
         }, schema=SAMPLES_SCHEMA))
         self.bins += len(group)
@@ -414,14 +416,14 @@ def packed_shard_problems(packed_path: Path, samples_path: Path, pack_size: int,
 
 
 def stored_samples(packed_path: Path, samples_path: Path) -> Iterator[tuple[SampleKey, str]]:
-    """((dataset, id, copy), digest) of every sample stored in a shard, for `packing.compare_samples`."""
-    table = pq.read_table(samples_path, columns=["bin", "offset", "length", "id", "dataset", "copy"])
+    """((dataset, id, sample, copy), digest) of every sample stored in a shard, for `packing.compare_samples`."""
+    table = pq.read_table(samples_path, columns=["bin", "offset", "length", "id", "dataset", "sample", "copy"])
     entries = iter(zip(*(table.column(name).to_pylist() for name in table.column_names)))
     for input_ids, loss_mask, seq_start_id in iter_packed_bins(packed_path):
         for _ in seq_start_id:
             entry = next(entries, None)
             if entry is None:
                 raise ValueError(f"{samples_path}: lists fewer samples than the bins of {packed_path} hold")
-            _, offset, length, sample_id, dataset, copy = entry
-            yield (dataset, sample_id, copy), sample_digest(input_ids[offset:offset + length],
-                                                            loss_mask[offset:offset + length])
+            _, offset, length, sample_id, dataset, sample, copy = entry
+            yield (dataset, sample_id, sample, copy), sample_digest(input_ids[offset:offset + length],
+                                                                    loss_mask[offset:offset + length])

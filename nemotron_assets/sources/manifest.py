@@ -35,7 +35,7 @@ def build_manifest(blend: Blend, entry: DatasetEntry, base_dir: Path, max_rows: 
     """
     resolution = resolve_files(entry, base_dir)
     options = read_options(blend, entry)
-    if not entry.family:  # pretraining text: every Parquet file must have the text column, checked before reading
+    if entry.kind == "pretrain":  # text: every Parquet file must have the text column, checked before reading
         for source in resolution.files:
             if source.format == "parquet":
                 check_parquet_text_column(source, options)

@@ -1,20 +1,24 @@
-"""Read ahead in a background thread, so parsing the next batch overlaps tokenizing this one.
+"""Threads that overlap the stages of a shard build: reading ahead, and working on several batches at once.
 
 The tokenizer backends run in Rust without the GIL, so while they work on batch ``i`` a reader thread can
-decompress and parse batch ``i+1``. Order is preserved; an exception in the reader is re-raised in the
-consumer at the point the failed batch would have arrived; a consumer that stops early stops the reader.
+decompress and parse batch ``i+1`` (``prefetch``), and two threads can tokenize two batches at the same time
+(``map_in_threads``). Order is preserved; an exception is re-raised in the consumer at the point the failed
+item would have arrived; a consumer that stops early stops the threads.
 """
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 _DONE = object()
 
 
-def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+def prefetch(items: Iterable[T], depth: int = 1) -> Iterator[T]:
     """Yield ``items`` in order while a thread produces up to ``depth`` items ahead."""
     buffer: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -51,3 +55,36 @@ def _put(buffer: queue.Queue, entry: tuple, stop: threading.Event) -> bool:
         except queue.Full:
             continue
     return False
+
+
+def map_in_threads(function: Callable[[T], R], items: Iterable[T], workers: int) -> Iterator[R]:
+    """``function(item)`` for every item, results in order, up to ``workers`` calls at a time in threads.
+
+    For work that lets go of the GIL (tokenizers written in Rust, numpy, hashing): while the consumer handles one
+    result, the next ``workers`` items are being worked on. Like ``map``, an error arrives where its result would
+    have (an error of ``items`` itself after the results of the items before it), and a consumer that stops early
+    stops the work: calls not yet started are cancelled, running ones are waited for.
+    """
+    if workers <= 1:
+        yield from map(function, items)
+        return
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="map_in_threads")
+    pending: deque[Future] = deque()
+    try:
+        source = iter(items)
+        while True:
+            try:
+                item = next(source)
+            except StopIteration:
+                break
+            except Exception:
+                while pending:
+                    yield pending.popleft().result()
+                raise
+            pending.append(pool.submit(function, item))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

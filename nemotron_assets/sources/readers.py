@@ -8,9 +8,13 @@ file size.
 
 import gzip
 import hashlib
+import io
+import queue
+import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -23,6 +27,7 @@ from nemotron_assets.errors import InputError
 from nemotron_assets.sources.files import SourceFile, open_decompressed, open_raw
 
 READ_CHUNK = 8 << 20
+LINE_BUFFER = 1 << 20  # read-ahead of the line iterator: the 8 KiB default costs twice the system calls
 DEFAULT_BATCH_BYTES = 8 << 20
 PARQUET_BATCH_ROWS = 4096
 MAX_EXAMPLES = 5
@@ -55,34 +60,58 @@ def _decompress_errors() -> tuple[type[BaseException], ...]:
     return (gzip.BadGzipFile, EOFError, zlib.error, zstandard.ZstdError)
 
 
-def iter_lines(source: SourceFile, options: ReadOptions) -> Iterator[bytes]:
-    """Every line of a JSONL file without its newline, decompressed, streaming."""
+def iter_lines(source: SourceFile, options: ReadOptions, skip: int = 0) -> Iterator[bytes]:
+    """Every line of a JSONL file from line ``skip`` on (0-based), decompressed, streaming.
+
+    A line keeps its ``\\n`` (the last one may have none): JSON parsing reads it as whitespace, and cutting it off
+    would copy every line once more."""
     with open_raw(source.url, options.storage_options) as raw:
-        stream = open_decompressed(raw, source.compression)
+        stream = io.BufferedReader(open_decompressed(raw, source.compression), LINE_BUFFER)
         try:
-            yield from _split_lines(stream)
+            yield from _lines_after(stream, skip)
         except _decompress_errors() as exc:
             raise InputError(f"cannot decompress ({source.compression}): {exc}", dataset=options.dataset,
                              path=source.url) from None
 
 
-def _split_lines(stream: BinaryIO) -> Iterator[bytes]:
-    tail = b""
-    while chunk := stream.read(READ_CHUNK):
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
+def _lines_after(stream: BinaryIO, skip: int) -> Iterator[bytes]:
+    """The lines of ``stream`` after its first ``skip`` lines.
+
+    The skipped lines are only counted, a block at a time (``bytes.count``), never cut into line objects: a shard
+    that starts three quarters into a file would otherwise split and throw away three quarters of the file."""
+    head = b""  # what the block holding the last skipped line has after it
+    while skip:
+        block = stream.read(READ_CHUNK)
+        if not block:
+            return
+        newlines = block.count(b"\n")
+        if newlines < skip:
+            skip -= newlines
+            continue
+        end = -1
+        for _ in range(skip):
+            end = block.find(b"\n", end + 1)
+        head, skip = block[end + 1:], 0
+    if head:
+        lines = head.split(b"\n")
+        partial = lines.pop()  # the start of a line the stream goes on with (b"" when head ends with a newline)
         yield from lines
-    if tail:
-        yield tail
+        rest = partial + stream.readline()
+        if rest:
+            yield rest
+    yield from stream  # a buffered reader's own line iterator: one copy per line, in C
 
 
 def count_rows_and_hash(source: SourceFile, options: ReadOptions) -> tuple[int, str]:
-    """Rows of the file and the sha256 of its stored bytes, in one streaming pass."""
+    """Rows of the file and the sha256 of its stored bytes, in one streaming pass.
+
+    The hash is computed in a second thread (``_ThreadedSha256``) while this one reads, decompresses and counts:
+    sha256 runs at ~1.2 GB/s and reading a file from the page cache at ~2.5 GB/s, so one after the other they
+    cost half as much again as the hash alone."""
     if source.format == "parquet":
         return _parquet_rows(source, options), _hash_file(source, options)
-    digest = hashlib.sha256()
     rows, last = 0, b"\n"
-    with open_raw(source.url, options.storage_options) as raw:
+    with open_raw(source.url, options.storage_options) as raw, _ThreadedSha256() as digest:
         hashing = _HashingReader(raw, digest)
         stream = open_decompressed(hashing, source.compression)
         try:
@@ -96,6 +125,42 @@ def count_rows_and_hash(source: SourceFile, options: ReadOptions) -> tuple[int, 
     if last != b"\n":
         rows += 1  # a last line without a trailing newline is still a row
     return rows, digest.hexdigest()
+
+
+class _ThreadedSha256:
+    """sha256 of the byte strings given to ``update``, computed in a thread of its own, in order.
+
+    hashlib lets go of the GIL while it hashes a large buffer, so the caller goes on reading meanwhile. At most
+    ``QUEUED`` buffers wait (bounded memory); leaving the ``with`` block ends the thread, also after an error."""
+
+    QUEUED = 4
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._queue: queue.Queue = queue.Queue(maxsize=self.QUEUED)
+        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self._result = ""
+
+    def __enter__(self) -> "_ThreadedSha256":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._result = self._digest.hexdigest()
+
+    def _run(self) -> None:
+        while (data := self._queue.get()) is not None:
+            self._digest.update(data)
+
+    def update(self, data: bytes) -> None:
+        if data:
+            self._queue.put(data)
+
+    def hexdigest(self) -> str:
+        """The digest of everything given, once the ``with`` block has ended."""
+        return self._result
 
 
 class _HashingReader:
@@ -161,22 +226,19 @@ def iter_text_batches(source: SourceFile, row_start: int, row_end: int, options:
 def _jsonl_objects(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
                    stats: ReadStats) -> Iterator[tuple[int, dict, int]]:
     """(row, JSON object, line bytes) of rows ``[row_start, row_end)``; bad lines raise or are counted."""
-    for row, line in enumerate(iter_lines(source, options)):
-        if row < row_start:
-            continue
-        if row >= row_end:
-            break
-        stats.rows += 1
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            _bad_row(options, stats, source, row, *_json_problem(line, exc))
-            continue
-        if not isinstance(record, dict):
-            _bad_row(options, stats, source, row, NOT_AN_OBJECT,
-                     f"expected a JSON object, got {type(record).__name__}")
-            continue
-        yield row, record, len(line)
+    with closing(iter_lines(source, options, skip=row_start)) as lines:
+        for row, line in zip(range(row_start, row_end), lines):  # zip stops before reading past row_end
+            stats.rows += 1
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                _bad_row(options, stats, source, row, *_json_problem(line))
+                continue
+            if not isinstance(record, dict):
+                _bad_row(options, stats, source, row, NOT_AN_OBJECT,
+                         f"expected a JSON object, got {type(record).__name__}")
+                continue
+            yield row, record, len(line)
 
 
 def _batched(sized_items: Iterator[tuple[object, int]], limit: int) -> Iterator[list]:
@@ -195,23 +257,49 @@ def _batched(sized_items: Iterator[tuple[object, int]], limit: int) -> Iterator[
 
 def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
                    stats: ReadStats) -> Iterator[list[str]]:
-    yield from _batched(_jsonl_texts(source, row_start, row_end, options, stats), options.batch_bytes)
+    """The texts of rows ``[row_start, row_end)`` in batches of about ``batch_bytes`` of JSONL.
+
+    A good row (an object whose text field is a string) costs one parse and one lookup, in one loop without
+    per-row generators: for short rows that per-row Python work is most of the cost of reading. Any other row
+    goes to ``_refused_row``, which says what is wrong with it.
+    """
+    key, limit, loads = options.text_field, options.batch_bytes, orjson.loads
+    batch: list[str] = []
+    batch_bytes = 0
+    with closing(iter_lines(source, options, skip=row_start)) as lines:
+        for row, line in zip(range(row_start, row_end), lines):  # zip stops before reading past row_end
+            stats.rows += 1
+            try:
+                text = loads(line)[key]
+            except (orjson.JSONDecodeError, KeyError, TypeError):  # not JSON, no such key, not an object
+                text = None
+            if type(text) is not str:
+                _refused_row(line, row, source, options, stats)
+                continue
+            batch.append(text)
+            batch_bytes += len(line)
+            if batch_bytes >= limit:
+                yield batch
+                batch, batch_bytes = [], 0
+    if batch:
+        yield batch
 
 
-def _jsonl_texts(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
-                 stats: ReadStats) -> Iterator[tuple[str, int]]:
-    """(text, line bytes) of each row whose text field is a string; other rows raise or are counted."""
+def _refused_row(line: bytes, row: int, source: SourceFile, options: ReadOptions, stats: ReadStats) -> None:
+    """Raise, or count under its reason, a row without a string text field: parse it again to say why."""
     key = options.text_field
-    for row, record, size in _jsonl_objects(source, row_start, row_end, options, stats):
-        if key not in record:
-            _bad_row(options, stats, source, row, MISSING_FIELD, "missing", field_name=key)
-            continue
-        text = record[key]
-        if not isinstance(text, str):
-            _bad_row(options, stats, source, row, NON_STRING_TEXT,
-                     f"expected a string, got {_json_type(text)}", field_name=key)
-            continue
-        yield text, size
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        _bad_row(options, stats, source, row, *_json_problem(line))
+        return
+    if not isinstance(record, dict):
+        _bad_row(options, stats, source, row, NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
+    elif key not in record:
+        _bad_row(options, stats, source, row, MISSING_FIELD, "missing", field_name=key)
+    else:
+        _bad_row(options, stats, source, row, NON_STRING_TEXT, f"expected a string, got {_json_type(record[key])}",
+                 field_name=key)
 
 
 def iter_record_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
@@ -238,14 +326,20 @@ def iter_record_batches(source: SourceFile, row_start: int, row_end: int, option
     yield from _batched((((row, record), size) for row, record, size in rows), options.batch_bytes)
 
 
-def _json_problem(line: bytes, exc: orjson.JSONDecodeError) -> tuple[str, str]:
+def _json_problem(line: bytes) -> tuple[str, str]:
+    """(reason, message) for a line that is not JSON, described without its newline."""
+    line = line[:-1] if line.endswith(b"\n") else line
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as bad:
         return INVALID_UTF8, f"invalid UTF-8 at byte {bad.start} of the line"
     if not line.strip():
         return MALFORMED_JSON, "blank line (JSONL needs one JSON object per line)"
-    return MALFORMED_JSON, f"malformed JSON: {exc.msg} (column {exc.colno})"
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return MALFORMED_JSON, f"malformed JSON: {exc.msg} (column {exc.colno})"
+    return MALFORMED_JSON, "malformed JSON"  # not reached: a line that parses without its newline parses with it
 
 
 def _json_type(value: object) -> str:

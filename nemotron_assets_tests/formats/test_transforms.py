@@ -248,14 +248,15 @@ def test_the_manifest_lists_files_per_split_in_dataset_then_shard_order(tmp_path
               for ds, shard in (("b_set", 1), ("a_set", 0), ("b_set", 0))]
     shards.append(write_jsonl_shard([(0, {"x": 1})], transform, tmp_path / "c_set", dataset="c_set", shard=0,
                                     holdout=holdout))
-    manifest = jsonl_manifest(shards, "zstd")
+    manifest = jsonl_manifest(shards)
     assert manifest["train"] == ["a_set/train/shard_00000.jsonl.zst", "b_set/train/shard_00000.jsonl.zst",
                                  "b_set/train/shard_00001.jsonl.zst"]
     for split in ("train", "valid", "test"):
         assert all((tmp_path / path).exists() for path in manifest[split])
         assert manifest["rows"][split] == sum(len(read_lines(tmp_path / path)) for path in manifest[split])
     assert manifest["datasets"]["b_set"]["rows_in"] == 200
-    assert manifest["datasets"]["c_set"] == {"transform": "nemotron_rl", "rows_in": 1,
+    assert manifest["datasets"]["b_set"]["compression"] == "zstd"
+    assert manifest["datasets"]["c_set"] == {"transform": "nemotron_rl", "compression": None, "rows_in": 1,
                                              "rows": {"train": 0, "valid": 0, "test": 0},
                                              "dropped": {"missing:responses_create_params": 1}}
     json.dumps(manifest)

@@ -322,12 +322,13 @@ def test_bin_problems_flags_each_broken_rule():
 
 
 def test_compare_samples_finds_missing_extra_and_changed_samples():
-    planned = [(("d", "a", 0), "x"), (("d", "b", 0), "y"), (("d", "c", 0), "z")]
+    planned = [(("d", "a", 0, 0), "x"), (("d", "b", 0, 0), "y"), (("d", "c", 0, 0), "z"), (("d", "c", 1, 0), "v")]
     assert compare_samples(iter(planned), planned) == []
-    problems = compare_samples([(("d", "a", 0), "x"), (("d", "b", 0), "CHANGED"), (("d", "q", 0), "w")], planned)
-    assert any("('d', 'b', 0) differs" in p for p in problems)
-    assert any("('d', 'q', 0) was not planned" in p for p in problems)
-    assert any("('d', 'c', 0) is missing" in p for p in problems)
+    problems = compare_samples([(("d", "a", 0, 0), "x"), (("d", "b", 0, 0), "CHANGED"), (("d", "q", 0, 0), "w"),
+                                (("d", "c", 1, 0), "v")], planned)
+    assert any("('d', 'b', 0, 0) differs" in p for p in problems)
+    assert any("('d', 'q', 0, 0) was not planned" in p for p in problems)
+    assert any("('d', 'c', 0, 0) is missing" in p for p in problems)
 
 
 def test_planned_digest_is_the_stored_sample_digest():

@@ -205,8 +205,8 @@ def test_sample_arrays_are_int32_ids_and_uint8_masks():
 
 
 def test_every_chat_format_setting_changes_what_it_should(tmp_path):
-    """reasoning_effort and auto_drop_analysis change Harmony text; render_date what strftime_now prints; the
-    tokenizer backend changes how ids are computed, never the ids."""
+    """reasoning_effort changes Harmony text (whose whole-conversation render keeps its reasoning); render_date
+    what strftime_now prints; the tokenizer backend changes how ids are computed, never the ids."""
     conversation = [USER, {**THINKING, "reasoning_content": "think first"}]
 
     def text(spec: ChatFormatSpec) -> str:
@@ -216,8 +216,7 @@ def test_every_chat_format_setting_changes_what_it_should(tmp_path):
     harmony = ChatFormatSpec("harmony", "o200k_harmony")
     assert "Reasoning: medium" in text(harmony)
     assert "Reasoning: high" in text(ChatFormatSpec("harmony", "o200k_harmony", reasoning_effort="high"))
-    assert "think first" not in text(harmony)
-    assert "think first" in text(ChatFormatSpec("harmony", "o200k_harmony", auto_drop_analysis=False))
+    assert "think first" in text(harmony)
 
     dated = tmp_path / "dated.jinja"
     dated.write_text("{{ strftime_now('%Y-%m-%d') }}{% for m in messages %}{% generation %}{{ m.content }}"

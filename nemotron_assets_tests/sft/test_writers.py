@@ -298,7 +298,7 @@ def test_a_good_shard_passes_its_checks_and_unpacks_to_the_planned_samples(tmp_p
     bins, _ = packed(samples)
     write_shard(tmp_path, bins)
     assert packed_shard_problems(tmp_path / "shard_00000.parquet", tmp_path / "shard_00000.samples.parquet", 512) == []
-    planned = [((s.dataset, s.id, s.copy), planned_digest(s, PackSettings(pack_size=512))) for s in samples]
+    planned = [((s.dataset, s.id, s.sample, s.copy), planned_digest(s, PackSettings(pack_size=512))) for s in samples]
     stored = stored_samples(tmp_path / "shard_00000.parquet", tmp_path / "shard_00000.samples.parquet")
     assert compare_samples(stored, planned) == []
 
@@ -318,7 +318,7 @@ def test_checks_catch_a_broken_bin(tmp_path):
     rewrite_first_bin(shard, loss_mask=[1] * len(first.input_ids))
     problems = packed_shard_problems(shard, listing, 512)
     assert any("bin 0: a sample's last loss_mask position is not 0" in p for p in problems)
-    planned = [((s.dataset, s.id, s.copy), planned_digest(s, PackSettings(pack_size=512))) for s in samples]
+    planned = [((s.dataset, s.id, s.sample, s.copy), planned_digest(s, PackSettings(pack_size=512))) for s in samples]
     assert any("differs from the planned one" in p for p in compare_samples(stored_samples(shard, listing), planned))
     assert packed_shard_problems(shard, listing, pack_size=first.positions - 1)[0].endswith(
         f"exceeds pack_size {first.positions - 1}")

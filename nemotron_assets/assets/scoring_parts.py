@@ -1,0 +1,34 @@
+"""The ``nll_scores`` partitions: one per Parquet part of a scored pool, ``<pool>/part-NNNNN``, registered by
+``candidate_pool`` when it commits a pool that ``scoring.pools`` lists (today a pool writes one part, but the key space
+follows the files, so a pool written in several parts gets a partition per part).
+
+Its own module, free of torch and of the scoring steps, because the Harmony assets call it on every pool commit.
+"""
+
+import dagster as dg
+
+from nemotron_assets.blend import Blend
+from nemotron_assets.layout import PoolPartKey
+from nemotron_assets.partitions import Scope, sample_partitions_name, scored_pool_parts_name
+from nemotron_assets.scoring.inputs import pool_part_numbers
+from nemotron_assets.storage import Storage
+
+SAMPLE_PARTS = "scored_pool_parts"  # the sample twins' dynamic partitions: <blend>__samples__scored_pool_parts
+
+
+def pool_parts_partitions_name(scope: Scope) -> str:
+    return sample_partitions_name(scope.blend, SAMPLE_PARTS) if scope.samples else scored_pool_parts_name(scope.blend)
+
+
+def register_pool_parts(instance: dg.DagsterInstance, store: Storage, blend: Blend, scope: Scope,
+                        sample: str | None, pool: str) -> list[str]:
+    """Add a committed pool's parts to the ``nll_scores`` partitions if the blend scores it; returns the keys."""
+    if blend.scoring is None or pool not in blend.scoring.pools:
+        return []
+    keys = [scope.qualify(sample, str(PoolPartKey(pool, part)))
+            for part in pool_part_numbers(store, scope.base(sample), pool)]
+    name = pool_parts_partitions_name(scope)
+    new = [key for key in keys if not instance.has_dynamic_partition(name, key)]
+    if new:
+        instance.add_dynamic_partitions(name, new)
+    return keys

@@ -1,0 +1,273 @@
+"""``sft_samples``: one normalized Harmony shard -> its SFT samples (token ids, assistant mask, masked-role spans).
+
+Rows are read a batch at a time (``id``, ``messages``, ``tools``, the quality flags, the reasoning effort and the
+provenance columns of ``normalize/record.py``; never the Harmony ``text``), and a row is rendered only if it passes
+the row-level part of the pools' base filter (posttrain/pools.py): a non-empty completion, a valid tool schema, not
+answering a placeholder prompt, and valid Harmony when the template is ``harmony`` (a row that cannot be stored as
+Harmony text can still be rendered by another template). Rows filtered out are counted by reason (``filtered``).
+Duplicates are left to the plan, which reads the dedup result: rendering does not depend on it.
+
+Each kept row is rendered, tokenized and masked by `samples.samples_for_conversations` (one sample for a
+conversation without reasoning, one per user turn with reasoning; drops counted by reason with first examples),
+in this process or, for a large shard, on every core (`pool.samples_in_processes`). Harmony renders each row with
+its own reasoning effort (``meta_reasoning_effort``: the system message's ``Reasoning:`` line), as the row was
+normalized.
+
+Output ``<base>/sft/samples/<dataset>/shard_NNNNN.parquet`` (zstd, a row group per batch), one row per sample
+(`SCHEMA`): ``id``, ``dataset``, ``row`` (the row in the Harmony shard), ``sample`` (its index in the conversation),
+``user_turn``, ``split_key`` (`split.split_key`: the first user prompt), ``used_in``, ``license``, ``source_row``
+(the row in the raw source file), ``length``, ``trained`` (tokens with mask 1), ``input_ids`` (list<int32>),
+``assistant_mask`` (list<uint8>, unshifted) and ``masked_spans`` (list<int32>, flat ``[start, end)`` token ranges
+of system/developer/user/tool text, `masked_roles.py`). The receipt (inputs: `inputs.samples_inputs`) also records
+what the later steps need from the tokenizer without loading it: the EOS id (the pad id of ``pad_to_multiple``) and
+the template's end-of-turn ids (what a truncated sample ends with).
+"""
+
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nemotron_assets.blend import Blend
+from nemotron_assets.errors import InputError
+from nemotron_assets.layout import ShardKey, harmony_shard_path, sft_samples_prefix
+from nemotron_assets.records import Receipt, freshness, rebuild_reason, receipt_path, require_manifest, write_receipt
+from nemotron_assets.sft.chat_format import ChatFormat, ChatFormatSpec, load_chat_format
+from nemotron_assets.sft.harmony import HARMONY
+from nemotron_assets.sft.o200k import HARMONY_SPECIAL_TOKENS
+from nemotron_assets.sft.pool import FormattedBatch, samples_in_processes
+from nemotron_assets.sft.samples import ConversationSamples, check_conversation
+from nemotron_assets.sft.split import split_key
+from nemotron_assets.sft.steps.inputs import O200K_EOS, chat_format_spec, chat_identity, samples_inputs
+from nemotron_assets.sft.steps.stats import MAX_EXAMPLES, add_histograms, log2_histogram
+from nemotron_assets.storage import Storage, locate_os_errors
+
+READ_COLUMNS = ["id", "dataset", "messages", "tools", "quality_valid_harmony", "quality_completion_nonempty",
+                "quality_valid_tool_schema", "quality_placeholder_prompt", "meta_reasoning_effort", "source_used_in",
+                "source_license", "source_row"]
+SCHEMA = pa.schema([
+    ("id", pa.string()), ("dataset", pa.string()), ("row", pa.int64()), ("sample", pa.int32()),
+    ("user_turn", pa.int32()), ("split_key", pa.string()), ("used_in", pa.list_(pa.string())),
+    ("license", pa.string()), ("source_row", pa.int64()), ("length", pa.int32()), ("trained", pa.int32()),
+    ("input_ids", pa.list_(pa.int32())), ("assistant_mask", pa.list_(pa.uint8())),
+    ("masked_spans", pa.list_(pa.int32())),
+])
+#: The columns the plan reads (everything but the token arrays).
+METADATA_COLUMNS = [name for name in SCHEMA.names if name not in ("input_ids", "assistant_mask", "masked_spans")]
+BATCH_ROWS = 512  # conversations rendered (and written as one row group) at a time
+PARALLEL_BYTES = 32 << 20  # a Harmony shard this large renders on every core (workers take seconds to start)
+DEFAULT_EFFORT = "medium"
+
+
+@dataclass
+class SamplesStats:
+    rows: int = 0  # rows of the Harmony shard
+    conversations: int = 0  # rows that passed the filter and were rendered
+    filtered: Counter = field(default_factory=Counter)
+    samples: int = 0
+    tokens: int = 0
+    trained_tokens: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    dropped_examples: list[str] = field(default_factory=list)
+    histogram: list[int] = field(default_factory=lambda: log2_histogram([]))
+    max_length: int = 0
+    eos_id: int | None = None
+    end_of_turn_ids: list[int] = field(default_factory=list)
+    tokenizer_backend: str = ""
+    bytes: int = 0
+    sha256: str = ""
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows, "conversations": self.conversations, "filtered": dict(sorted(self.filtered.items())),
+                "samples": self.samples, "tokens": self.tokens, "trained_tokens": self.trained_tokens,
+                "dropped": dict(sorted(self.dropped.items())), "dropped_examples": self.dropped_examples,
+                "histogram": self.histogram, "max_length": self.max_length, "eos_id": self.eos_id,
+                "end_of_turn_ids": self.end_of_turn_ids, "tokenizer_backend": self.tokenizer_backend,
+                "bytes": self.bytes, "sha256": self.sha256}
+
+
+def filtered_reason(row: dict, harmony: bool) -> str | None:
+    """Why a row is not rendered (the row-level part of the pools' base filter), or None."""
+    if harmony and not row["quality_valid_harmony"]:
+        return "invalid_harmony"
+    if not row["quality_completion_nonempty"]:
+        return "empty_completion"
+    if not row["quality_valid_tool_schema"]:
+        return "invalid_tool_schema"
+    if row["quality_placeholder_prompt"]:
+        return "placeholder_prompt"
+    return None
+
+
+@dataclass(frozen=True)
+class KeptRow:
+    row: int  # in the Harmony shard
+    record: dict
+    messages: list
+    tools: list | None
+
+
+def _kept_rows(source, url: str, harmony: bool, stats: SamplesStats) -> Iterator[KeptRow]:
+    """The shard's rows that pass the filter, with their decoded conversation; a conversation that is not canonical
+    is an `InputError` naming the shard, row and field."""
+    parquet = pq.ParquetFile(source)
+    row = 0
+    for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=READ_COLUMNS):
+        for record in batch.to_pylist():
+            index, row = row, row + 1
+            stats.rows += 1
+            reason = filtered_reason(record, harmony)
+            if reason is not None:
+                stats.filtered[reason] += 1
+                continue
+            try:
+                messages = orjson.loads(record["messages"])
+                tools = orjson.loads(record["tools"]) if record["tools"] else None
+                check_conversation(messages, tools or None)
+            except orjson.JSONDecodeError as error:
+                raise InputError(f"not valid JSON: {error}", path=url, row=index, field="messages") from None
+            except InputError as error:
+                raise InputError(error.reason, dataset=record["dataset"], path=url, row=index,
+                                 field=error.field) from None
+            yield KeptRow(index, record, messages, tools or None)
+
+
+def _batches(rows: Iterator[KeptRow], spec: ChatFormatSpec, pending: deque) -> Iterator[FormattedBatch]:
+    """Batches of at most `BATCH_ROWS` conversations; Harmony's batches hold one reasoning effort each. Each batch's
+    rows go into `pending`, where the caller finds them again when its samples come back."""
+    batch: list[KeptRow] = []
+    effort = None
+    for kept in rows:
+        row_effort = (kept.record["meta_reasoning_effort"] or DEFAULT_EFFORT) if spec.chat_template == HARMONY else None
+        if batch and (len(batch) == BATCH_ROWS or row_effort != effort):
+            pending.append(batch)
+            yield FormattedBatch(replace(spec, reasoning_effort=effort), [(k.messages, k.tools) for k in batch])
+            batch = []
+        batch.append(kept)
+        effort = row_effort
+    if batch:
+        pending.append(batch)
+        yield FormattedBatch(replace(spec, reasoning_effort=effort), [(k.messages, k.tools) for k in batch])
+
+
+def _list_column(parts: list[np.ndarray], value_type: pa.DataType) -> pa.Array:
+    offsets = np.zeros(len(parts) + 1, dtype=np.int32)
+    np.cumsum([len(part) for part in parts], out=offsets[1:])
+    values = np.concatenate(parts) if parts else np.zeros(0, dtype=value_type.to_pandas_dtype())
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), type=pa.list_(value_type))
+
+
+def _table(rows: list[KeptRow], results: list[ConversationSamples], url: str, stats: SamplesStats) -> pa.Table:
+    columns: dict[str, list] = {name: [] for name in SCHEMA.names}
+    for kept, result in zip(rows, results):
+        stats.dropped.update(result.dropped)
+        for why in result.why[: max(0, MAX_EXAMPLES - len(stats.dropped_examples))]:
+            stats.dropped_examples.append(f"{url} row {kept.row}: {why}")
+        if not result.samples:
+            continue
+        record = kept.record
+        key = split_key(kept.messages, {"messages": kept.messages, "tools": kept.tools})
+        for number, sample in enumerate(result.samples):
+            for name, value in (("id", record["id"]), ("dataset", record["dataset"]), ("row", kept.row),
+                                ("sample", number), ("user_turn", sample.user_turn), ("split_key", key),
+                                ("used_in", record["source_used_in"] or []), ("license", record["source_license"]),
+                                ("source_row", record["source_row"]), ("length", len(sample.ids)),
+                                ("trained", int(np.count_nonzero(sample.assistant_mask))),
+                                ("input_ids", sample.ids), ("assistant_mask", sample.assistant_mask),
+                                ("masked_spans", sample.masked_spans)):
+                columns[name].append(value)
+    lengths = np.asarray(columns["length"], dtype=np.int64)
+    stats.samples += len(lengths)
+    stats.tokens += int(lengths.sum())
+    stats.trained_tokens += sum(columns["trained"])
+    stats.histogram = add_histograms(stats.histogram, log2_histogram(lengths))
+    stats.max_length = max(stats.max_length, int(lengths.max()) if len(lengths) else 0)
+    arrays = [pa.array(columns[name], type=SCHEMA.field(name).type) for name in METADATA_COLUMNS]
+    arrays += [_list_column(columns["input_ids"], pa.int32()), _list_column(columns["assistant_mask"], pa.uint8()),
+               _list_column(columns["masked_spans"], pa.int32())]
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def eos_id(chat_format: ChatFormat) -> int | None:
+    """The tokenizer's end-of-sequence id (Bridge pads with it), None when its config names none."""
+    if chat_format.spec.tokenizer_model == "o200k_harmony":
+        return HARMONY_SPECIAL_TOKENS[O200K_EOS]
+    token = chat_format.tokenizer.template_tokens.get("eos_token")
+    return chat_format.tokenizer.reference.token_to_id(token) if token else None  # type: ignore[attr-defined]
+
+
+def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, workers: int = 1) -> SamplesStats:
+    """Render every kept row of one Harmony shard (``source``: a path or a binary file) into the samples file
+    ``out`` (local); ``url`` names the shard in errors and examples."""
+    chat_format = load_chat_format(spec)
+    stats = SamplesStats(eos_id=eos_id(chat_format), end_of_turn_ids=list(chat_format.end_of_turn_ids()))
+    pending: deque[list[KeptRow]] = deque()
+    batches = _batches(_kept_rows(source, url, spec.chat_template == HARMONY, stats), spec, pending)
+    with pq.ParquetWriter(out, SCHEMA, compression="zstd") as writer:
+        for results in samples_in_processes(batches, spec, workers=workers):
+            rows = pending.popleft()
+            stats.conversations += len(rows)
+            writer.write_table(_table(rows, results, url, stats))
+    stats.tokenizer_backend = chat_format.tokenizer.backend  # type: ignore[attr-defined]
+    stats.bytes = out.stat().st_size
+    stats.sha256 = _sha256(out)
+    return stats
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- the step ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SamplesOutcome:
+    key: ShardKey
+    status: str  # "built" or "up to date"
+    receipt: Receipt
+    seconds: float = 0.0
+    rebuilt_because: str = ""
+
+
+def materialize_samples(store: Storage, blend: Blend, base: str, key: ShardKey, force: bool = False,
+                        log: Callable[[str], None] = print, chat: dict | None = None,
+                        workers: int | None = None) -> SamplesOutcome:
+    """The samples of Harmony shard ``key`` under ``base``: skipped when up to date, else rendered and committed
+    (the receipt last). ``workers``: processes to render with (default: every core for a large shard)."""
+    started = time.monotonic()
+    manifest = require_manifest(store, blend.name, base, key.dataset)
+    chat = chat_identity(blend) if chat is None else chat
+    inputs = samples_inputs(store, blend, base, manifest, key.index, chat)
+    prefix = sft_samples_prefix(base, key)
+    because = rebuild_reason(freshness(store, prefix, inputs), force)
+    if because is None:
+        return SamplesOutcome(key, "up to date", freshness(store, prefix, inputs).receipt,
+                              time.monotonic() - started)
+    if because:
+        log(f"{key}: rebuilding: {because}")
+    harmony = harmony_shard_path(base, key)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if inputs["harmony_shard"]["bytes"] >= PARALLEL_BYTES else 1
+    with store.staging() as folder:
+        staged = folder / "samples.parquet"
+        with locate_os_errors(folder), store.open(harmony) as source:
+            stats = build_samples_file(source, store.url(harmony), chat_format_spec(blend), staged, workers)
+        receipt = Receipt(kind="sft_samples", key=str(key), inputs=inputs,
+                          files={".parquet": {"bytes": stats.bytes, "sha256": stats.sha256}}, stats=stats.as_dict(),
+                          extra={"blend": blend.name})
+        store.delete(receipt_path(prefix))
+        store.commit(staged, f"{prefix}.parquet")
+        receipt = write_receipt(store, prefix, receipt)
+    return SamplesOutcome(key, "built", receipt, time.monotonic() - started, because)

@@ -1,0 +1,272 @@
+"""Scoring through a real Dagster instance, on the post-training sample blend with a ``scoring:`` section that points
+at a test-built tiny random Llama (the real Llama-3 tokenizer, scoring/conftest.py) and the bundled all-MiniLM-L6-v2.
+
+The blend is built once per module: source split, Harmony shards, dedup, the scored pool and its views, then the
+four scoring assets. Results are read back with independent readers: pyarrow for the files, one plain unbatched
+forward pass of the model with transformers' own chat-template rendering for the NLL, sentence-transformers' own
+``encode`` for the embeddings, brute-force cosines for the near-duplicates. Tests that damage files work on a copy.
+"""
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from nemotron_assets.assets.harmony import build_harmony_assets
+from nemotron_assets.assets.pretrain import build_pretrain_assets
+from nemotron_assets.assets.scoring import build_scoring_assets
+from nemotron_assets.blend import Blend, load_blend
+from nemotron_assets.partitions import Scope
+from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets.resources.wandb_lineage import WandbLineage
+from nemotron_assets.scoring.model_files import locate_model
+from nemotron_assets.scoring.rendering import conversation_from_row
+from nemotron_assets.scoring.settings import ScoringSettings
+from nemotron_assets.scoring.states import scoring_states
+from nemotron_assets.scoring.verify import scoring_problems
+from nemotron_assets.storage import Storage
+from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.scoring.conftest import build_tiny_llama, direct_nll_sum, transformers_render
+from nemotron_assets_tests.scoring.test_extra import HIDE_HEAVY
+
+SAMPLE = REPO / "blends" / "posttrain_sample.yaml"
+POOL = "reasoning_on"
+MAX_TOKENS = 160  # some sample rows are longer: they are truncated and flagged
+VIEWS = ("prompt", "reasoning_excerpt", "behavior")
+
+
+def scoring_settings(model: Path, **changes) -> ScoringSettings:
+    return ScoringSettings(model=str(model), pools=[POOL], batch_tokens=2048, max_tokens=MAX_TOKENS, device="cpu",
+                           select_quantile=0.25, diverse_k=3, near_dup_threshold=0.9, **changes)
+
+
+class ScoringPipeline:
+    def __init__(self, root: Path, instance: dg.DagsterInstance, blend: Blend) -> None:
+        self.root, self.instance, self.blend = root, instance, blend
+        scope = Scope(blend.name)
+        pretrain = build_pretrain_assets(blend, SAMPLE, scope)
+        self.source_split = pretrain.source_split
+        self.harmony = build_harmony_assets(blend, pretrain.source_split, scope)
+        self.scoring = build_scoring_assets(blend, self.harmony, scope)
+        self.definitions = [pretrain.source_split, *self.harmony.definitions, *self.scoring.definitions]
+        self.families = [e.name for e in blend.datasets_of("harmony")]
+
+    def run(self, asset, partitions=None):
+        tags = {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]} \
+            if partitions else {}
+        return dg.materialize(self.definitions, selection=[asset.key], instance=self.instance, tags=tags,
+                              resources={"storage": StorageResource(root=str(self.root)), "lineage": WandbLineage()})
+
+    def upstream(self) -> None:
+        self.run(self.source_split, self.families)
+        self.run(self.harmony.harmony_shard, self.instance.get_dynamic_partitions(
+            self.harmony.shard_partitions.name))
+        self.run(self.harmony.harmony_dedup, self.families)
+        self.run(self.harmony.candidate_pool, [POOL])
+        self.run(self.harmony.embedding_view, [POOL])
+
+    @property
+    def parts(self) -> list[str]:
+        return self.instance.get_dynamic_partitions(self.scoring.part_partitions.name)
+
+    def scores(self) -> dict:
+        """The four scoring assets in order; the nll_scores run's per-partition metadata."""
+        nll = self.run(self.scoring.nll_scores, self.parts)
+        self.run(self.scoring.embeddings, [f"{view}/{POOL}" for view in VIEWS])
+        self.run(self.scoring.selected_pool, self.blend.scoring.selections())
+        self.run(self.scoring.near_duplicate_report)
+        return materializations(nll)
+
+    @property
+    def out(self) -> Path:
+        return self.root / self.blend.name
+
+
+def materializations(result) -> dict[str, dict]:
+    """Partition -> metadata of every materialization a run recorded."""
+    events = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
+    return {m.partition: {k: v.value for k, v in m.metadata.items()} for m in events}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama") / "model")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_model):
+    root = tmp_path_factory.mktemp("scoring") / "data"
+    blend = load_blend(SAMPLE).model_copy(update={"scoring": scoring_settings(tiny_model), "sft": None})
+    with dg.instance_for_test() as instance:
+        pipeline = ScoringPipeline(root, instance, blend)
+        pipeline.upstream()
+        pipeline.first = pipeline.scores()
+        pipeline.second = pipeline.scores()
+        yield pipeline
+
+
+def read(path: Path, columns=None):
+    return pq.read_table(path, columns=columns)
+
+
+def test_nll_scores_cover_the_pool_part_and_equal_a_direct_unbatched_computation(built, tiny_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert built.parts == [f"{POOL}/part-00000"]
+    pool = read(built.out / "pools" / POOL / "part-00000.parquet").to_pylist()
+    scores = read(built.out / "scores" / "nll" / POOL / "part-00000.parquet")
+    assert scores.column_names == ["id", "nll_mean", "nll_sum", "tokens_scored", "truncated", "model_id",
+                                   "model_revision"]
+    assert scores.column("id").to_pylist() == [row["id"] for row in pool]  # no row of the sample is dropped
+    assert len(pool) >= 4
+    assert set(scores.column("model_revision").to_pylist()) == {locate_model(str(tiny_model)).revision}
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    by_id = {row["id"]: row for row in scores.to_pylist()}
+    truncated = 0
+    for row in pool:
+        messages, tools = conversation_from_row(row, "pool", 0)
+        ids, mask = transformers_render(tokenizer, messages, tools)
+        truncated += len(ids) > MAX_TOKENS
+        ids, mask = ids[:MAX_TOKENS], mask[:MAX_TOKENS]
+        got = by_id[row["id"]]
+        assert got["tokens_scored"] == int(mask[1:].sum())
+        assert got["truncated"] == (len(transformers_render(tokenizer, messages, tools)[0]) > MAX_TOKENS)
+        assert math.isclose(got["nll_sum"], direct_nll_sum(model, ids, mask), rel_tol=1e-4, abs_tol=1e-3)
+        if got["tokens_scored"]:
+            assert math.isclose(got["nll_mean"], got["nll_sum"] / got["tokens_scored"], rel_tol=1e-12)
+        else:  # every trained token was past the cut
+            assert got["nll_mean"] is None and got["nll_sum"] == 0
+    assert truncated >= 1  # the flag is exercised
+    metadata = built.first[f"{POOL}/part-00000"]
+    assert metadata["status"] == "built" and metadata["device"] == "cpu" and metadata["dtype"] == "float32"
+    assert metadata["tokens_scored"] == sum(scores.column("tokens_scored").to_pylist())
+    assert metadata["truncated"] == truncated
+    assert "| nll_mean | rows |" in metadata["nll_histogram"]
+
+
+def test_a_rerun_scores_nothing(built):
+    assert {m["status"] for m in built.second.values()} == {"up to date"}
+
+
+def test_embeddings_equal_sentence_transformers_encode(built):
+    from sentence_transformers import SentenceTransformer
+
+    encoder = SentenceTransformer(str(locate_model("all-MiniLM-L6-v2", field="e").folder), device="cpu")
+    for view in VIEWS:
+        texts = read(built.out / "embedding" / view / POOL / "part-00000.parquet")
+        vectors = read(built.out / "scores" / "embedding" / view / POOL / "part-00000.parquet")
+        assert vectors.schema.field("embedding").type == pa.list_(pa.float32(), 384)
+        assert vectors.column("id").to_pylist() == texts.column("id").to_pylist()
+        expected = encoder.encode(texts.column("embed_text").to_pylist())
+        np.testing.assert_allclose(np.array(vectors.column("embedding").to_pylist()), expected, atol=2e-5)
+
+
+def test_easy_and_hard_are_the_lowest_and_highest_nll_quantile_laid_out_as_pools(built):
+    scores = read(built.out / "scores" / "nll" / POOL / "part-00000.parquet").to_pylist()
+    pool = read(built.out / "pools" / POOL / "part-00000.parquet")
+    k = math.floor(0.25 * len(scores) + 0.5)
+    scored = [i for i, row in enumerate(scores) if row["nll_mean"] is not None]
+    k = math.floor(0.25 * len(scored) + 0.5)
+    ordered = sorted(scored, key=lambda i: (scores[i]["nll_mean"], i))
+    expected = {"easy": {scores[i]["id"] for i in ordered[:k]}, "hard": {scores[i]["id"] for i in ordered[-k:]}}
+    for kind, ids in expected.items():
+        folder = built.out / "pools" / f"{POOL}_{kind}"
+        selected = read(folder / "part-00000.parquet")
+        assert selected.schema == pool.schema
+        assert set(selected.column("id").to_pylist()) == ids
+        assert selected.column("id").to_pylist() == [i for i in pool.column("id").to_pylist() if i in ids]
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert manifest["rows"] == k and manifest["selection"] == kind and manifest["selected_from"] == POOL
+        assert json.loads((folder / "part-00000.json").read_text())["files"][".parquet"]["bytes"] > 0
+    diverse = read(built.out / "pools" / f"{POOL}_diverse" / "part-00000.parquet")
+    assert diverse.num_rows == 3 and diverse.schema == pool.schema
+
+
+def test_sft_from_may_name_a_selection(built):
+    data = {"datasets": [{"name": "a", "path": "a.jsonl", "family": "openai_chat"}],
+            "scoring": {"model": "/m", "pools": [POOL]}, "sft": {"chat_template": "harmony", "from": [f"{POOL}_easy"]}}
+    assert Blend.model_validate({**data, "name": "b"}).sft.from_ == [f"{POOL}_easy"]
+    with pytest.raises(ValueError, match=f"{POOL}_diverse"):
+        Blend.model_validate({**data, "name": "b", "sft": {"chat_template": "harmony", "from": [f"{POOL}_diverse"]}})
+
+
+def test_near_duplicate_report_agrees_with_brute_force(built):
+    report = read(built.out / "scores" / "near_duplicates.parquet").to_pylist()
+    for view in VIEWS:
+        table = read(built.out / "scores" / "embedding" / view / POOL / "part-00000.parquet")
+        vectors = np.array(table.column("embedding").to_pylist(), dtype=np.float64)
+        units = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        ids = table.column("id").to_pylist()
+        cosines = units @ units.T
+        expected = {(ids[i], ids[j]) for i in range(len(ids)) for j in range(i + 1, len(ids))
+                    if cosines[i, j] >= 0.9 + 1e-5}
+        found = {(r["id_a"], r["id_b"]) for r in report if r["view"] == view and r["pool"] == POOL}
+        assert expected <= found
+        assert all(cosines[ids.index(a), ids.index(b)] >= 0.9 - 1e-5 for a, b in found)
+    assert (built.out / "scores" / "near_duplicates.md").read_text().startswith("**Near-duplicate pairs**")
+
+
+def test_status_and_verify_see_a_changed_pool_part_and_a_corrupted_score_file(built, tmp_path):
+    shutil.copytree(built.root, tmp_path / "data")
+    store = Storage(str(tmp_path / "data"))
+    name = built.blend.name
+    states = scoring_states(store, built.blend, name)
+    assert {s.asset: s.freshness.state.value for s in states if s.freshness.state.value != "done"} == {}
+    assert scoring_problems(store, built.blend) == []
+    scores = tmp_path / "data" / name / "scores" / "nll" / POOL / "part-00000.parquet"
+    data = bytearray(scores.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    scores.write_bytes(bytes(data))
+    problems = scoring_problems(store, built.blend)
+    by_path = {p.path: p.reason for p in problems}
+    corrupted = store.url(f"{name}/scores/nll/{POOL}/part-00000.parquet")
+    assert "changed after it was built" in by_path.pop(corrupted)
+    assert sorted(by_path) == [store.url(f"{name}/pools/{POOL}_{kind}/part-00000.parquet") for kind in ("easy", "hard")]
+    pool_part = tmp_path / "data" / name / "pools" / POOL / "part-00000.parquet"
+    table = read(pool_part)
+    pq.write_table(table.slice(1), pool_part)  # the pool part changed after it was built
+    states = {(s.asset, s.key): s.freshness for s in scoring_states(store, built.blend, name)}
+    stale = states[("nll_scores", f"{POOL}/part-00000")]
+    assert stale.state.value == "stale" and "pool part" in stale.reason
+    assert states[("embeddings", f"prompt/{POOL}")].state.value == "stale"  # its view reads the pool too
+
+
+def test_a_scoring_blend_fails_its_runs_with_the_install_command_without_the_extra(tmp_path):
+    blends = tmp_path / "blends"
+    blends.mkdir()
+    (blends / "sample_data").symlink_to(REPO / "blends" / "sample_data")
+    text = SAMPLE.read_text().split("holdout:")[0]
+    (blends / "scored.yaml").write_text(text + "scoring: {model: /no/such/model, pools: [tool_use]}\n")
+    code = HIDE_HEAVY + f"""
+import dagster as dg
+from nemotron_assets.definitions import build_definitions
+from nemotron_assets.resources.storage import StorageResource
+from nemotron_assets.resources.wandb_lineage import WandbLineage
+defs = build_definitions({str(blends)!r}, {str(tmp_path / 'data')!r})
+assert sys.modules.get("torch") is None
+key = dg.AssetKey(["scored", "nll_scores"])
+with dg.instance_for_test() as instance:
+    instance.add_dynamic_partitions("scored__scored_pool_parts", ["tool_use/part-00000"])
+    result = dg.materialize([a for a in defs.assets if isinstance(a, dg.AssetsDefinition)], selection=[key],
+                            partition_key="tool_use/part-00000", instance=instance, raise_on_error=False,
+                            resources={{"storage": StorageResource(root={str(tmp_path / 'data')!r}),
+                                        "lineage": WandbLineage()}})
+    print("SUCCESS" if result.success else "FAILED")
+    for event in result.all_events:
+        if event.is_step_failure:
+            print(event.step_failure_data.error.message)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "FAILED" in done.stdout
+    assert "pip install -e '.[scoring]'" in done.stdout and "torch" in done.stdout

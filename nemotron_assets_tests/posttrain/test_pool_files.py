@@ -1,0 +1,57 @@
+"""Pool files (posttrain/pools.py `write_pool`): exactly the rows the predicate selects, in order, counted per
+dataset, in row groups sized by bytes (so memory stays bounded whatever the rows' length). Read back with pyarrow."""
+
+import json
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from nemotron_assets.posttrain.pools import (
+    ROW_GROUP_BYTES,
+    ROW_OVERHEAD_BYTES,
+    PoolThresholds,
+    row_group_rows,
+    write_pool,
+)
+from nemotron_assets.storage import Storage
+
+
+def rows(count: int, chars: int) -> pl.LazyFrame:
+    """``count`` valid rows of two datasets with ``chars``-long texts; every third one calls a tool."""
+    text = "x" * chars
+    return pl.LazyFrame({
+        "id": [f"id{i}" for i in range(count)], "dataset": ["a" if i % 2 else "b" for i in range(count)],
+        "text": [text] * count, "stats_char_len": [chars] * count,
+        "quality_valid_harmony": [True] * count, "quality_completion_nonempty": [True] * count,
+        "quality_valid_tool_schema": [True] * count, "quality_is_duplicate": [False] * count,
+        "quality_placeholder_prompt": [False] * count, "quality_has_tool": [i % 3 == 0 for i in range(count)],
+    })
+
+
+@pytest.mark.parametrize(("count", "chars"), [(400, 200_000), (5000, 100)])
+def test_pool_holds_the_selected_rows_in_order_in_row_groups_of_bounded_bytes(tmp_path, count, chars):
+    store = Storage(str(tmp_path))
+    manifest = write_pool(store, "b", rows(count, chars), "tool_use", PoolThresholds())
+    path = tmp_path / "b" / "pools" / "tool_use" / "part-00000.parquet"
+    selected = [i for i in range(count) if i % 3 == 0]
+    assert pq.read_table(path, columns=["id"]).column("id").to_pylist() == [f"id{i}" for i in selected]
+    by_dataset = {"a": sum(i % 2 == 1 for i in selected), "b": sum(i % 2 == 0 for i in selected)}
+    assert manifest["rows"] == len(selected) and manifest["rows_by_dataset"] == by_dataset
+    assert json.loads((path.parent / "manifest.json").read_text()) == manifest
+    metadata = pq.ParquetFile(path).metadata
+    group_rows = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert max(group_rows) <= ROW_GROUP_BYTES // (2 * chars)  # a group holds at most the byte target
+    if count * 2 * chars > 4 * ROW_GROUP_BYTES:
+        assert len(group_rows) > 1
+
+
+def test_row_group_rows_follow_the_mean_row_length():
+    def lengths(*chars: int) -> pl.LazyFrame:
+        return pl.LazyFrame({"stats_char_len": list(chars)}, schema={"stats_char_len": pl.Int64})
+
+    assert row_group_rows(lengths(1_000_000, 1_000_000)) == ROW_GROUP_BYTES // (2_000_000 + ROW_OVERHEAD_BYTES) == 16
+    assert row_group_rows(lengths(0, 2_000_000)) == 16  # the mean
+    assert row_group_rows(lengths(1, 1)) == ROW_GROUP_BYTES // (2 + ROW_OVERHEAD_BYTES)
+    assert row_group_rows(lengths(10**9)) == 1  # one enormous row: one row per group
+    assert row_group_rows(lengths()) == ROW_GROUP_BYTES // ROW_OVERHEAD_BYTES  # an empty pool: no mean
