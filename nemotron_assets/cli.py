@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     mat.add_argument("--jobs", type=int, default=None,
                      help="runs at the same time, each in its own worker process; 1 runs them one after the other "
                           "in this process. Default: the number of cores for steps that read at least "
-                          f"{AUTO_PARALLEL_BYTES >> 20} MB (starting workers costs seconds), else 1")
+                          f"{AUTO_PARALLEL_BYTES >> 20} MB (starting workers costs seconds), else 1; 1 for "
+                          "pretraining shards, which tokenize on every core inside one shard")
     mat.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process",
                      help="in_process (default): each run in this process; multiprocess: Dagster's executor of the "
                           "UI, one process per step")
@@ -190,9 +191,14 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
                                                 [scope.qualify(sample, name) for name in names])
 
     def jobs_for(step: str) -> int:
-        """--jobs, or by default every core for a step that reads enough input to pay for its workers."""
+        """--jobs, or by default every core for a step that reads enough input to pay for its workers.
+
+        Pretraining shards default to one worker: a shard already tokenizes on every core in threads
+        (pretrain/build.py), and two shard workers on 2 cores were slower than one (bench/README.md)."""
         if args.jobs is not None:
             return args.jobs
+        if step == "pretrain_shard":
+            return 1
         datasets = packed_sft if step.startswith("sft_") else wanted[step] if step != "source_split" else []
         planned = sum(_planned_bytes(store, scope.base(sample), d) for d in datasets)
         return (os.cpu_count() or 1) if planned >= AUTO_PARALLEL_BYTES else 1
