@@ -16,8 +16,9 @@ reply (so it is split into one sample per user turn). Each side runs in its own 
    process; only those calls are timed. For a split sample its mask is then restricted to the tokens after the
    last user message (transformers has no such option), untimed;
 3. ours, Harmony + o200k_harmony, same conversations;
-4. openai-harmony ``render_conversation_for_training`` (default config) on our Harmony messages of the same
-   samples, for its ids (timed: the library's render + tokenize).
+4. openai-harmony ``render_conversation_for_training`` with ``auto_drop_analysis=False`` on our Harmony messages of
+   the same samples minus the history's ``analysis`` messages (the product's rule, ``sft/harmony.py``: a sample keeps
+   the reasoning of its trained turn, not of earlier turns), for its ids (timed: the library's render + tokenize).
 
 Every sample's ids and mask are hashed (one running hash per 1,000 conversations); the script prints tokens/s and
 tokens per CPU-second (ours: every process, worker start-up included; the baselines: the timed calls only), the
@@ -203,14 +204,23 @@ def run_openai_harmony(args: argparse.Namespace) -> dict:
     Path(folder, "o200k_base.tiktoken").write_bytes(vocabulary)
     os.environ["TIKTOKEN_ENCODINGS_BASE"] = folder
     import numpy as np
-    from openai_harmony import Author, Conversation, HarmonyEncodingName, Role, TextContent, load_harmony_encoding
+    from openai_harmony import (
+        Author,
+        Conversation,
+        HarmonyEncodingName,
+        RenderConversationConfig,
+        Role,
+        TextContent,
+        load_harmony_encoding,
+    )
     from openai_harmony import Message as LibraryMessage
 
-    from nemotron_assets.sft.harmony import harmony_messages
+    from nemotron_assets.sft.harmony import _body_length, harmony_messages
     from nemotron_assets.sft.o200k import LITERALS
     from nemotron_assets.sft.samples import conversation_strings, plan_samples
 
     encoding = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+    keep_reasoning = RenderConversationConfig(auto_drop_analysis=False)
 
     def library(message):
         out = LibraryMessage.from_author_and_content(Author(role=Role(message.role), name=message.name),
@@ -227,9 +237,12 @@ def run_openai_harmony(args: argparse.Namespace) -> dict:
             prefix = messages[: plan.end]
             if prefix[-1]["role"] == "user":
                 continue
-            conversation = [library(m) for m in harmony_messages(prefix, tools, "medium").messages]
+            converted = harmony_messages(prefix, tools, "medium")
+            first_trained = converted.body_start + _body_length(prefix[: plan.trained_from])
+            conversation = [library(m) for i, m in enumerate(converted.messages)
+                            if i >= first_trained or m.channel != "analysis"]
             start, start_cpu = time.perf_counter(), time.process_time()
-            ids = encoding.render_conversation_for_training(Conversation.from_messages(conversation))
+            ids = encoding.render_conversation_for_training(Conversation.from_messages(conversation), keep_reasoning)
             timed += time.perf_counter() - start
             timed_cpu += time.process_time() - start_cpu
             tokens += len(ids)

@@ -30,6 +30,7 @@ state, ``verify`` and the listing assets (``megatron_blend``, ...) refuse anythi
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -216,6 +217,21 @@ def write_receipt(store: Storage, prefix: str, receipt: Receipt) -> Receipt:
     final = Receipt(receipt.kind, receipt.key, receipt.inputs, receipt.files, receipt.stats, stamps, receipt.extra)
     store.write_bytes(receipt_path(prefix), final.to_bytes())
     return final
+
+
+def freshness_when_ready(store: Storage, prefix: str, inputs_of: Callable[[], dict], *, read_content: bool = False,
+                         not_ready: tuple[type[Exception], ...] = (NotReady,)) -> Freshness:
+    """`freshness` of an output whose expected inputs come from upstream outputs (``inputs_of``). When those cannot
+    be judged yet (``inputs_of`` raises one of ``not_ready``: an upstream output missing or stale), the output is
+    stale if it was ever built, else missing: it cannot be up to date before its inputs are."""
+    try:
+        inputs = inputs_of()
+    except not_ready as exc:
+        receipt = read_receipt(store, prefix)
+        if receipt is None:
+            return Freshness(State.MISSING, "it has no receipt")
+        return Freshness(State.STALE, f"its inputs are not up to date: {exc}", receipt)
+    return freshness(store, prefix, inputs, read_content=read_content)
 
 
 def freshness(store: Storage, prefix: str, expected_inputs: dict, *, read_content: bool = False) -> Freshness:

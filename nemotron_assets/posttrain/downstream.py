@@ -37,8 +37,8 @@ from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, blend_ro
 from nemotron_assets.records import (
     Freshness,
     Receipt,
-    State,
     freshness,
+    freshness_when_ready,
     read_receipt,
     rebuild_reason,
     require_manifest,
@@ -242,15 +242,8 @@ def downstream_states(store: Storage, blend: Blend, base: str, read_content: boo
 
     def add(asset: str, key: str, relative: str, inputs_of) -> None:
         prefix = _prefix(relative)
-        try:
-            inputs = inputs_of()
-        except NotReady as exc:
-            receipt = read_receipt(store, prefix)
-            state = (Freshness(State.STALE, f"its inputs are not up to date: {exc}", receipt) if receipt
-                     else Freshness(State.MISSING, "it has no receipt"))
-            states.append(OutputState(asset, key, prefix, state))
-            return
-        states.append(OutputState(asset, key, prefix, freshness(store, prefix, inputs, read_content=read_content)))
+        states.append(OutputState(asset, key, prefix,
+                                  freshness_when_ready(store, prefix, inputs_of, read_content=read_content)))
 
     for entry in [e for e in blend.entries() if e.family]:
         add("harmony_dedup", entry.name, duplicates_path(base, entry.name),

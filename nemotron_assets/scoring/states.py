@@ -19,7 +19,7 @@ from nemotron_assets.layout import (
     pool_part_path,
 )
 from nemotron_assets.posttrain.downstream import OutputState
-from nemotron_assets.records import Freshness, State, freshness, read_receipt
+from nemotron_assets.records import freshness_when_ready, read_receipt
 from nemotron_assets.scoring.inputs import (
     embedding_partitions,
     embedding_prefix,
@@ -52,15 +52,8 @@ def scoring_states(store: Storage, blend: Blend, base: str, read_content: bool =
         return models[which]
 
     def add(asset: str, key: str, prefix: str, inputs_of) -> None:
-        try:
-            inputs = inputs_of()
-        except (NotReady, InputError) as exc:
-            receipt = read_receipt(store, prefix)
-            state = (Freshness(State.STALE, f"its inputs are not up to date: {exc}", receipt) if receipt
-                     else Freshness(State.MISSING, "it has no receipt"))
-            states.append(OutputState(asset, key, prefix, state))
-            return
-        states.append(OutputState(asset, key, prefix, freshness(store, prefix, inputs, read_content=read_content)))
+        states.append(OutputState(asset, key, prefix, freshness_when_ready(
+            store, prefix, inputs_of, read_content=read_content, not_ready=(NotReady, InputError))))
 
     for pool in settings.pools:
         for part in pool_part_numbers(store, base, pool) or [0]:

@@ -19,7 +19,13 @@ from nemotron_assets.layout import (
     sft_plan_prefix,
     sft_samples_prefix,
 )
-from nemotron_assets.records import Freshness, Receipt, State, freshness, read_manifest, read_receipt
+from nemotron_assets.records import (
+    Freshness,
+    Receipt,
+    State,
+    freshness_when_ready,
+    read_manifest,
+)
 from nemotron_assets.sft.split import SPLITS
 from nemotron_assets.sft.steps.inputs import (
     chat_identity,
@@ -46,14 +52,7 @@ class SftOutput:
 
 def _judged(store: Storage, asset: str, key: str, prefix: str, inputs_of: Callable[[], dict],
             read_content: bool) -> SftOutput:
-    try:
-        inputs = inputs_of()
-    except NotReady as exc:
-        receipt = read_receipt(store, prefix)
-        state = (Freshness(State.STALE, f"its inputs are not up to date: {exc}", receipt) if receipt
-                 else Freshness(State.MISSING, "it has no receipt"))
-        return SftOutput(asset, key, prefix, state)
-    return SftOutput(asset, key, prefix, freshness(store, prefix, inputs, read_content=read_content))
+    return SftOutput(asset, key, prefix, freshness_when_ready(store, prefix, inputs_of, read_content=read_content))
 
 
 def sft_states(store: Storage, blend: Blend, base: str, read_content: bool = False) -> list[SftOutput]:
