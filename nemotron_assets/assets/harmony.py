@@ -21,6 +21,7 @@ from nemotron_assets.assets.reporting import (
     TRANSIENT_RETRIES,
     CheckOutcome,
     materialize_partitions,
+    outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
 )
@@ -279,8 +280,7 @@ def check_pool_predicate(store: Storage, scope: Scope, partition: str) -> CheckO
 def shard_metadata(outcome: HarmonyOutcome, url: str) -> dict:
     stats = outcome.receipt.stats
     return {
-        "status": dg.MetadataValue.text(outcome.status),
-        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        **outcome_metadata(outcome),
         "path": dg.MetadataValue.path(url),
         "source_rows": dg.MetadataValue.int(stats["rows"]),
         "rows": dg.MetadataValue.int(stats["records"]),

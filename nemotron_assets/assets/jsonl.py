@@ -18,6 +18,7 @@ from nemotron_assets.assets.reporting import (
     TRANSIENT_RETRIES,
     CheckOutcome,
     materialize_partitions,
+    outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
 )
@@ -139,8 +140,7 @@ def shard_metadata(outcome: JsonlOutcome, folder_url: str) -> dict:
                      "bytes": recorded["bytes"], "sha256": recorded["sha256"]}
              for split, recorded in stats["files"].items()}
     return {
-        "status": dg.MetadataValue.text(outcome.status),
-        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        **outcome_metadata(outcome),
         "folder": dg.MetadataValue.path(folder_url),
         "transform": dg.MetadataValue.text(stats["transform"]),
         "compression": dg.MetadataValue.text(stats["compression"] or "none"),

@@ -21,6 +21,7 @@ from nemotron_assets.assets.reporting import (
     CheckOutcome,
     histogram_markdown,
     materialize_partitions,
+    outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
     recorded_metadata,
@@ -258,8 +259,7 @@ def manifest_metadata(manifest: SourceManifest, url: str) -> dict:
 def shard_metadata(outcome: ShardOutcome, prefix_url: str) -> dict:
     stats = outcome.receipt.stats
     return {
-        "status": dg.MetadataValue.text(outcome.status),
-        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        **outcome_metadata(outcome),
         "seconds": dg.MetadataValue.float(round(outcome.seconds, 3)),
         "prefix": dg.MetadataValue.path(prefix_url),
         "rows": dg.MetadataValue.int(stats["rows"]),

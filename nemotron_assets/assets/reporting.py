@@ -152,6 +152,13 @@ def _latest_materialization(instance: dg.DagsterInstance, asset_key: dg.AssetKey
                                                          timestamp=record.timestamp)
 
 
+def outcome_metadata(outcome) -> dict:
+    """The first two entries of every step's metadata: whether it was built or found up to date, and why it was
+    rebuilt (``-`` when it was not). ``outcome``: any step's outcome (``status``, ``rebuilt_because``)."""
+    return {"status": dg.MetadataValue.text(outcome.status),
+            "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-")}
+
+
 def histogram_markdown(counts: list[int], title: str = "Document length (tokens)") -> str:
     """Log2-bucketed histogram as a Markdown table with text bars."""
     nonzero = [i for i, c in enumerate(counts) if c]

@@ -22,6 +22,7 @@ from nemotron_assets.assets.reporting import (
     TRANSIENT_RETRIES,
     CheckOutcome,
     materialize_partitions,
+    outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
 )
@@ -187,8 +188,7 @@ def check_scored_ids(store: Storage, scope: Scope, partition: str) -> CheckOutco
 def nll_metadata(outcome: ScoreOutcome, url: str) -> dict:
     stats = outcome.receipt.stats
     return {
-        "status": dg.MetadataValue.text(outcome.status),
-        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        **outcome_metadata(outcome),
         "path": dg.MetadataValue.path(url),
         "rows": dg.MetadataValue.int(stats["rows"]),
         "scored_rows": dg.MetadataValue.int(stats["scored_rows"]),

@@ -22,6 +22,7 @@ from nemotron_assets.assets.reporting import (
     CheckOutcome,
     histogram_markdown,
     materialize_partitions,
+    outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
 )
@@ -213,8 +214,7 @@ def _examples(examples: list[str]) -> dg.MetadataValue:
 def samples_metadata(outcome: SamplesOutcome, url: str) -> dict:
     stats = outcome.receipt.stats
     return {
-        "status": dg.MetadataValue.text(outcome.status),
-        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        **outcome_metadata(outcome),
         "path": dg.MetadataValue.path(url),
         "rows": dg.MetadataValue.int(stats["rows"]),
         "conversations": dg.MetadataValue.int(stats["conversations"]),
@@ -237,8 +237,7 @@ def plan_metadata(outcome: PlanOutcome, url: str) -> dict:
     stats = outcome.receipt.stats
     splits = stats["splits"]
     return {
-        "status": dg.MetadataValue.text(outcome.status),
-        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        **outcome_metadata(outcome),
         "path": dg.MetadataValue.path(url),
         "samples_considered": dg.MetadataValue.int(stats["samples_considered"]),
         "excluded_by_reason": dg.MetadataValue.json(stats["excluded"]),
@@ -254,8 +253,7 @@ def plan_metadata(outcome: PlanOutcome, url: str) -> dict:
 def packed_metadata(outcome: PackedOutcome, url: str) -> dict:
     stats = outcome.receipt.stats
     return {
-        "status": dg.MetadataValue.text(outcome.status),
-        "rebuilt_because": dg.MetadataValue.text(outcome.rebuilt_because or "-"),
+        **outcome_metadata(outcome),
         "path": dg.MetadataValue.path(url),
         "bins": dg.MetadataValue.int(stats["bins"]),
         "samples": dg.MetadataValue.int(stats["samples"]),

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from nemotron_assets.errors import InputError
 from nemotron_assets.tokenize.cuts import Cutter
-from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder, start_fast_encoder
+from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
 from nemotron_assets.tokenize.long_documents import LongDocuments, encode_texts
 
@@ -39,7 +39,6 @@ class LoadedTokenizer:
         self.files = files
         self.options = options
         text = files.tokenizer_json.read_text(encoding="utf-8")
-        fast_encoder = start_fast_encoder(text, options.backend)  # built while the reference loads
         try:
             self.reference = Tokenizer.from_str(text)
         except Exception as exc:  # tokenizers raises a bare Exception on a malformed tokenizer.json
@@ -51,7 +50,7 @@ class LoadedTokenizer:
         self.vocab_size = self.reference.get_vocab_size(with_added_tokens=True)
         self.eod_id = self._eod_id() if options.add_eos else None
         self.bos_id = self._token_id(files.bos_token, "bos_token") if options.add_bos else None
-        self.encoder, self.backend_reason = choose_encoder(self.reference, text, options.backend, fast_encoder)
+        self.encoder, self.backend_reason = choose_encoder(self.reference, text, options.backend)
         self.hf = HFEncoder(self.reference)
         self.cutter = Cutter(self.reference)  # where long texts may be cut, or why not (cutter.rules.refusal)
         self.bos_already_added = bool(self.bos_id is not None and self._post_processor_adds(self.bos_id))

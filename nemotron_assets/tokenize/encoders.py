@@ -8,7 +8,6 @@ cross-check samples of every shard (``sample_mismatch``). Anything else falls ba
 """
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 from typing import Protocol
 
@@ -128,31 +127,18 @@ def first_mismatch(candidate: Encoder, reference: Encoder, texts: Sequence[str],
     return 0
 
 
-def start_fast_encoder(tokenizer_json_text: str, backend: str) -> Future | None:
-    """Start building the fast encoder in a thread; None when the reference is asked for.
-
-    Building fastokens' Llama-3 tokenizer takes ~0.7 s without holding the GIL, and loading the reference takes
-    ~0.4 s holding it: started first, the one is built while the other loads. ``choose_encoder`` takes the result.
-    """
-    if backend == "hf":
-        return None
-    builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastokens-load")
-    try:
-        return builder.submit(FastokensEncoder, tokenizer_json_text)
-    finally:
-        builder.shutdown(wait=False)  # the thread ends once the encoder is built
-
-
-def choose_encoder(reference: Tokenizer, tokenizer_json_text: str, backend: str,
-                   fast_encoder: Future | None = None) -> tuple[Encoder, str]:
+def choose_encoder(reference: Tokenizer, tokenizer_json_text: str, backend: str) -> tuple[Encoder, str]:
     """The fastest encoder that reproduces the reference on the probe set, and why it was chosen.
 
-    ``fast_encoder``: the fast encoder being built (``start_fast_encoder``); without it, it is built here."""
+    The fast encoder is built here, in the calling thread, only after the reference has parsed the same file:
+    fastokens never sees a file the reference refused. (Building it in a background thread while the reference
+    loaded saved ~0.4 s, but a tokenizer that failed to load left that thread parsing on natively after the
+    caller had moved on, and a test run crashed with a segmentation fault in such a thread.)"""
     hf = HFEncoder(reference)
     if backend == "hf":
         return hf, "hf-tokenizers requested"
     try:
-        fast = fast_encoder.result() if fast_encoder is not None else FastokensEncoder(tokenizer_json_text)
+        fast = FastokensEncoder(tokenizer_json_text)
     except (ImportError, ValueError, RuntimeError, OSError) as exc:
         if backend == "fastokens":
             raise

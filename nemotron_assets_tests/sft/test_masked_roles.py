@@ -52,6 +52,20 @@ def test_harmony_masks_every_non_assistant_message_whole(conversation):
         assert len(sample.masked_spans) >= 2  # the system message at least
 
 
+def test_short_tool_content_is_not_found_inside_the_trained_end_of_turn():
+    """By hand (a case hypothesis found): a tool result ``"|"`` also occurs inside ChatML's ``<|im_end|>``, which
+    closes the trained assistant turn before it and which the Llama-3 tokenizer splits into pieces; the search
+    must look for it after that marker, or the check reports a trained token on the tool's text."""
+    messages = [{"role": "user", "content": ""},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": None, "type": "function", "function": {"name": "get_weather", "arguments": {}}}]},
+                {"role": "tool", "content": "|", "tool_call_id": None, "name": None},
+                {"role": "assistant", "content": ""}]
+    chatml = load_template("chatml", chat_tokenizer().template_tokens)
+    for sample in samples_for_conversation(messages, None, chatml, chat_tokenizer()).samples:
+        assert trained_on_masked(sample) == 0
+
+
 def test_a_tool_result_echoing_its_argument_is_found_in_the_result():
     """By hand: the result "Paris" also appears in the call's arguments, earlier in the text."""
     messages = [{"role": "user", "content": "Where?"},
