@@ -2,6 +2,7 @@
 """NLL scoring benchmark: tokens scored per second on CPU, ours vs a naive one-row-at-a-time loop, same run.
 
     .venv/bin/python bench/bench_nll.py [--corpus /tmp/corpus/corpus_20mb.jsonl] [--rows 64] [--runs 3]
+                                        [--dtypes fp32,bf16]
 
 The model is a small, randomly initialized Llama with the Llama-3 tokenizer (default: hidden 256, 4 layers, the
 128,256-token vocabulary; change it with ``--hidden``/``--layers``/...), saved to a temp folder with a Llama-3-style
@@ -18,7 +19,12 @@ Timed, alternating, ``--runs`` times each, best run reported:
 - *ours*: ``NllScorer.score`` (length-sorted batches, output layer and cross-entropy only at trained positions).
 
 Both run under ``torch.inference_mode()`` on the same model object with the same torch threads (all usable cores).
-The script checks that both give the same nll_sum per row (relative 1e-4) and exits 1 otherwise.
+
+Each precision of ``--dtypes`` is measured on its own, like with like: ``fp32`` (the CPU default) loads the model in
+fp32 and runs both loops on it; ``bf16`` (the opt-in ``scoring.dtype: bf16``, for CPUs with AMX / AVX-512 BF16) loads
+it in bf16 and runs both loops on that model (the naive loop takes its log-softmax in fp32, as ours its logsumexp).
+In fp32 the script checks that both give the same nll_sum per row (relative 1e-4) and exits 1 otherwise; in bf16 it
+reports how far each is from the fp32 scores (bf16 rounding, not a bug).
 """
 
 import argparse
@@ -115,6 +121,7 @@ def main() -> int:
     parser.add_argument("--batch-tokens", type=int, default=8192)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dtypes", default="fp32,bf16", help="precisions to measure, each like with like")
     args = parser.parse_args()
 
     import numpy as np
@@ -131,36 +138,59 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="nemotron-bench-nll-")) / "model"
     build_model(folder, args)
     files = locate_model(str(folder))
-    device = choose_device("cpu")
     rendered = ModelRenderer(files)(conversations(args.corpus, args.rows, args.max_chars))
     samples = [scoring_sample(r.ids, r.trained, args.max_tokens) for r in rendered if r.dropped is None]
-    scorer = NllScorer.load(files, device, args.batch_tokens)
     tokens = sum(len(s) for s in samples)
     scored = sum(s.tokens_scored for s in samples)
-    print(f"model: Llama, hidden {args.hidden}, {args.layers} layers, vocab 128,256, "
-          f"{sum(p.numel() for p in scorer.model.parameters()) / 1e6:.1f} M parameters; {device.describe()}")
     print(f"rows: {len(samples)} ({len(rendered) - len(samples)} dropped), {tokens:,} tokens, {scored:,} scored "
           f"({scored / tokens:.0%} trained), {sum(s.truncated for s in samples)} truncated")
+    fp32_scores, failed = None, False
+    for dtype in args.dtypes.split(","):
+        device = choose_device("cpu", dtype=dtype)
+        scorer = NllScorer.load(files, device, args.batch_tokens)
+        print(f"\n{dtype}: model: Llama, hidden {args.hidden}, {args.layers} layers, vocab 128,256, "
+              f"{sum(p.numel() for p in scorer.model.parameters()) / 1e6:.1f} M parameters; {device.describe()}")
+        naive, ours, ratio = compare(scorer, samples, scored, args.runs)
+        if dtype == "fp32":
+            fp32_scores = ours.nll_sum
+            difference = relative_difference(ours.nll_sum, naive)
+            failed |= difference >= 1e-4
+            print(f"fp32 ratio ours / naive: {ratio:.2f}x (best of {args.runs}); max relative nll_sum difference "
+                  f"{difference:.1e}")
+        else:
+            against = f"; from fp32 ours: ours {relative_difference(ours.nll_sum, fp32_scores):.1e}, naive " \
+                      f"{relative_difference(np.array(naive), fp32_scores):.1e}" if fp32_scores is not None else ""
+            print(f"{dtype} ratio ours / naive: {ratio:.2f}x (best of {args.runs}); max relative nll_sum "
+                  f"difference ours vs naive {relative_difference(ours.nll_sum, naive):.1e}{against}")
+    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+    return 1 if failed else 0
 
+
+def relative_difference(got, expected) -> float:
+    import numpy as np
+
+    expected = np.asarray(expected, dtype=np.float64)
+    return float(np.max(np.abs(np.asarray(got) - expected) / np.maximum(np.abs(expected), 1e-9)))
+
+
+def compare(scorer, samples, scored: int, runs: int):
+    """Naive and ours, alternating, ``runs`` times each on the scorer's model; the last results and the best ratio."""
     naive_s, ours_s = [], []
     naive, ours = None, None
-    for _ in range(args.runs):
+    for _ in range(runs):
         started = time.perf_counter()
         naive = naive_scores(scorer.model, samples)
         naive_s.append(time.perf_counter() - started)
         started = time.perf_counter()
         ours = scorer.score(samples)
         ours_s.append(time.perf_counter() - started)
-    difference = float(np.max(np.abs(ours.nll_sum - naive) / np.maximum(np.abs(naive), 1e-9)))
     best_naive, best_ours = min(naive_s), min(ours_s)
     print(f"naive one row at a time: {scored / best_naive:,.0f} tokens scored/s (best {best_naive:.2f} s; runs "
           f"{', '.join(f'{s:.2f}' for s in naive_s)})")
     print(f"ours (NllScorer):        {scored / best_ours:,.0f} tokens scored/s (best {best_ours:.2f} s; runs "
           f"{', '.join(f'{s:.2f}' for s in ours_s)}); {ours.batches} batches, "
           f"{1 - ours.tokens / ours.token_slots:.1%} padding")
-    print(f"ratio ours / naive: {best_naive / best_ours:.2f}x (best of {args.runs}); max relative nll_sum "
-          f"difference {difference:.1e}; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
-    return 0 if difference < 1e-4 else 1
+    return naive, ours, best_naive / best_ours
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
   JSONL (transform) datasets for its JSONL shards, ``<blend>__nightly_missing_jsonl_shards``.
 - Sensor ``<blend>__post_training_automation`` (off until turned on) evaluates the eager automation condition
   of the dedup results, pools, embedding views and behavior report (and, with an ``sft:`` section, the SFT samples,
-  plan, packed shards and manifest): once their upstream shards were rebuilt, it requests them, and each step
+  plan, packed shards and manifest; with a ``scoring:`` section, the NLL scores, embeddings, selections and
+  near-duplicate report): once their upstream shards were rebuilt, it requests them, and each step
   rebuilds only what its receipts call stale.
 
 All of them only read listings and the instance; the runs do the work.
@@ -35,6 +36,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from nemotron_assets.assets.harmony import HarmonyAssets
 from nemotron_assets.assets.jsonl import JsonlAssets
 from nemotron_assets.assets.pretrain import PretrainAssets
+from nemotron_assets.assets.scoring import ScoringAssets
 from nemotron_assets.assets.sft import SftAssets
 from nemotron_assets.blend import Blend, DatasetEntry
 from nemotron_assets.errors import InputError
@@ -143,22 +145,24 @@ def nightly_missing_shards_schedule(blend: Blend, kind: ShardKind, shard_asset: 
     return schedule
 
 
-def post_training_automation_sensor(blend: Blend, harmony: HarmonyAssets,
-                                    sft: SftAssets | None = None) -> dg.AutomationConditionSensorDefinition:
+def post_training_automation_sensor(blend: Blend, harmony: HarmonyAssets, sft: SftAssets | None = None,
+                                    scoring: ScoringAssets | None = None) -> dg.AutomationConditionSensorDefinition:
     """Evaluates the post-training assets' ``AutomationCondition`` (rebuild once inputs changed); stopped by
     default, so nothing runs by itself until you start it (UI: Automation, or ``dagster sensor start``)."""
-    target = harmony.rebuilt_when_inputs_change + (sft.rebuilt_when_inputs_change if sft else [])
+    target = (harmony.rebuilt_when_inputs_change + (sft.rebuilt_when_inputs_change if sft else [])
+              + (scoring.rebuilt_when_inputs_change if scoring else []))
     return dg.AutomationConditionSensorDefinition(
         f"{blend.name}__post_training_automation", target=target,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description=f"Rebuilds {blend.name}'s dedup results, pools, views and behavior report"
-                    + (" and packed SFT" if sft else "") + " after their inputs changed (each step finds what is "
-                    "still up to date).")
+                    + (" and packed SFT" if sft else "") + (" and scores" if scoring else "")
+                    + " after their inputs changed (each step finds what is still up to date).")
 
 
 def blend_automation(
         blends: list[tuple[Path, Blend]], pipelines: dict[str, PretrainAssets], harmony: dict[str, HarmonyAssets],
         jsonl: dict[str, JsonlAssets] | None = None, sft: dict[str, SftAssets] | None = None,
+        scoring: dict[str, ScoringAssets] | None = None,
 ) -> tuple[list[dg.SensorDefinition], list[dg.ScheduleDefinition]]:
     """The sensors and schedules of every blend, for ``Definitions(sensors=..., schedules=...)``: the new-files
     sensor, a nightly schedule per kind of shards the blend has, and the post-training automation sensor."""
@@ -174,7 +178,8 @@ def blend_automation(
             assets = harmony[blend.name]
             schedules.append(nightly_missing_shards_schedule(blend, HARMONY, assets.harmony_shard,
                                                              assets.shard_partitions))
-            sensors.append(post_training_automation_sensor(blend, assets, (sft or {}).get(blend.name)))
+            sensors.append(post_training_automation_sensor(blend, assets, (sft or {}).get(blend.name),
+                                                           (scoring or {}).get(blend.name)))
         if jsonl and blend.name in jsonl:
             schedules.append(nightly_missing_shards_schedule(blend, JSONL, jsonl[blend.name].jsonl_shard,
                                                              jsonl[blend.name].shard_partitions))

@@ -18,7 +18,7 @@ from nemotron_assets import settings
 from nemotron_assets.assets.harmony import HarmonyAssets, build_harmony_assets
 from nemotron_assets.assets.jsonl import JsonlAssets, build_jsonl_assets
 from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
-from nemotron_assets.assets.scoring import build_scoring_assets
+from nemotron_assets.assets.scoring import ScoringAssets, build_scoring_assets
 from nemotron_assets.assets.sft import SftAssets, build_sft_assets
 from nemotron_assets.automation import blend_automation
 from nemotron_assets.blend import BrokenBlend, load_blend_folder
@@ -41,6 +41,7 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
     harmony: dict[str, HarmonyAssets] = {}
     jsonl: dict[str, JsonlAssets] = {}
     sft: dict[str, SftAssets] = {}
+    scoring: dict[str, ScoringAssets] = {}
     assets: list = []
     for path, blend in folder.blends:
         for scope in (Scope(blend.name), Scope(blend.name, samples=True)):
@@ -51,10 +52,15 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
                 assets += post_training.definitions
                 if not scope.samples:
                     harmony[blend.name] = post_training
+                scored = None
                 if blend.scoring is not None:  # no torch here: the scoring steps load it when they run
-                    assets += build_scoring_assets(blend, post_training, scope).definitions
+                    scored = build_scoring_assets(blend, post_training, scope)
+                    assets += scored.definitions
+                    if not scope.samples:
+                        scoring[blend.name] = scored
                 if blend.sft is not None:
-                    packed = build_sft_assets(blend, post_training, scope)
+                    packed = build_sft_assets(blend, post_training, scope,
+                                              selected_pool=scored.selected_pool if scored else None)
                     assets += packed.definitions
                     if not scope.samples:
                         sft[blend.name] = packed
@@ -65,7 +71,7 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
                     jsonl[blend.name] = transformed
             if not scope.samples:
                 pipelines[blend.name] = pipeline
-    sensors, schedules = blend_automation(folder.blends, pipelines, harmony, jsonl, sft)
+    sensors, schedules = blend_automation(folder.blends, pipelines, harmony, jsonl, sft, scoring)
     storage = StorageResource.from_environment(data_root or settings.data_root())
     return dg.Definitions(
         assets=assets + [broken_blend_asset(bad) for bad in folder.broken],

@@ -4,11 +4,11 @@ Each run is executed against the instance in ``DAGSTER_HOME`` through a reconstr
 ``nemotron_assets.definitions``, so runs show in the UI of ``dagster dev -w workspace.yaml`` and can be
 re-executed from there. A set of partitions becomes runs of contiguous partition-key ranges.
 
-Independent runs (the shard ranges of one step) can run at the same time: ``execute_in_workers`` hands them to
-up to ``jobs`` worker processes, forked from a server that has the code location imported already, each executing
-one run at a time against the same instance. One process per run, not threads, because normalizing rows is Python
-code that holds the GIL. The outputs are the same bytes as one run after the other: each shard's bytes depend on
-its inputs only.
+Independent runs (the shard ranges of one step) can run at the same time: a ``WorkerPool`` hands them to up to
+``workers`` worker processes, forked from a server that has the code location imported already, each executing
+one run at a time against the same instance; the CLI keeps one pool for all the steps of a command. One process
+per run, not threads, because normalizing rows is Python code that holds the GIL. The outputs are the same bytes
+as one run after the other: each shard's bytes depend on its inputs only.
 """
 
 import math
@@ -100,14 +100,34 @@ def split_into_runs(keys: Sequence[str], jobs: int, max_per_run: int) -> Iterato
         yield list(keys[start:start + per_run])
 
 
-def execute_in_workers(asset_key: dg.AssetKey, partition_runs: list[list[str] | None], run_config: dict, tags: dict,
-                       jobs: int, on_finished: Callable[[RunOutcome], None]) -> list[RunOutcome]:
-    """Every run of ``partition_runs``, up to ``jobs`` at a time in worker processes; outcomes in the given order."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([DEFINITIONS_MODULE])
-    outcomes: dict[int, RunOutcome] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(_run_in_worker, asset_key.path, partitions, run_config, tags): number
+class WorkerPool:
+    """Up to ``workers`` worker processes, forked from a server that has the code location imported, each executing
+    one run at a time against the instance of ``DAGSTER_HOME``; kept for a whole command, so a step after the first
+    finds them started (``start``: begin starting them now, e.g. while the source split runs in this process).
+
+    A worker gets its repository and instance once (``_start_worker``), then takes the next run as soon as it is
+    free: runs of uneven cost share the workers as they end."""
+
+    def __init__(self, workers: int) -> None:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([DEFINITIONS_MODULE])
+        self.workers = workers
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker)
+        self._started = False
+
+    def start(self) -> None:
+        """Start every worker now (each loads the repository); returns at once."""
+        if not self._started:
+            self._started = True
+            for _ in range(self.workers):  # a task per worker: the pool starts a process for each one waiting
+                self._pool.submit(_ready)
+
+    def execute(self, asset_key: dg.AssetKey, partition_runs: list[list[str] | None], run_config: dict, tags: dict,
+                on_finished: Callable[[RunOutcome], None]) -> list[RunOutcome]:
+        """Every run of ``partition_runs`` on the workers; outcomes in the given order."""
+        self.start()
+        outcomes: dict[int, RunOutcome] = {}
+        futures = {self._pool.submit(_run_in_worker, asset_key.path, partitions, run_config, tags): number
                    for number, partitions in enumerate(partition_runs)}
         for future in as_completed(futures):
             number = futures[future]
@@ -118,18 +138,30 @@ def execute_in_workers(asset_key: dg.AssetKey, partition_runs: list[list[str] | 
                                      f"the worker process failed before the run ended: {type(exc).__name__}: {exc}")
             outcomes[number] = outcome
             on_finished(outcome)
-    return [outcomes[number] for number in range(len(partition_runs))]
+        return [outcomes[number] for number in range(len(partition_runs))]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 _WORKER: dict = {}  # per worker process: the repository origin, its definition and the instance
+
+
+def _start_worker() -> None:
+    """A worker's own repository definition and instance, made once when it starts."""
+    if not _WORKER:
+        _WORKER["origin"], _WORKER["repo"] = load_repository()
+        _WORKER["instance"] = dg.DagsterInstance.get()
+
+
+def _ready() -> None:
+    """Nothing: submitted once per worker so the pool starts them all (``WorkerPool.start``)."""
 
 
 def _run_in_worker(asset_path: list[str], partitions: list[str] | None, run_config: dict, tags: dict) -> RunOutcome:
     from nemotron_assets.instance import PROCESS_TAG
     from nemotron_assets.processes import owner_token
 
-    if not _WORKER:
-        _WORKER["origin"], _WORKER["repo"] = load_repository()
-        _WORKER["instance"] = dg.DagsterInstance.get()
+    _start_worker()
     return execute_assets(_WORKER["origin"], _WORKER["repo"], _WORKER["instance"], [dg.AssetKey(asset_path)],
                           partitions, run_config, {**tags, PROCESS_TAG: owner_token()})

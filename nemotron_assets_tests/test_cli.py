@@ -193,3 +193,28 @@ def test_a_jsonl_sample_runs_source_split_then_jsonl_shard_then_jsonl_manifest(c
     [sample] = report.samples
     assert sample.sample == "rows_4" and len(sample.datasets) == 5
     assert all(d.path == "jsonl" and d.done == d.planned == 1 for d in sample.datasets)
+
+
+def test_failed_asset_checks_are_listed_from_the_runs_event_log():
+    """A failed check does not fail its Dagster run; the command lists every failed one (asset, partition, check,
+    its first problem) from the event log of a real instance, and none that passed. The asset reports as every
+    partitioned asset of the product does (reporting.py)."""
+    from nemotron_assets.assets.reporting import CheckOutcome, materialize_partitions, partitioned_asset
+    from nemotron_assets.cli import _failed_checks
+
+    partitions = dg.StaticPartitionsDefinition(["a", "b"])
+
+    @partitioned_asset(["numbers"], group="test", partitions_def=partitions, description="", kinds=set(),
+                       checks={"even": "every row is even"})
+    def numbers(context: dg.AssetExecutionContext):
+        def check(partition: str) -> list[CheckOutcome]:
+            bad = partition == "b"
+            return [CheckOutcome("even", not bad, {"first": "row 3 is odd" if bad else "none"})]
+
+        yield from materialize_partitions(context, dg.AssetKey("numbers"), context.partition_keys,
+                                          build=lambda partition: {}, check=check)
+
+    with dg.instance_for_test() as instance:
+        run_ids = [dg.materialize([numbers], instance=instance, partition_key=key).run_id for key in ("a", "b")]
+        assert _failed_checks(instance, run_ids) == ["numbers b even: row 3 is odd"]
+        assert _failed_checks(instance, run_ids[:1]) == []

@@ -33,7 +33,7 @@ from nemotron_assets.layout import ShardKey, pretrain_dir, sample_rows, shard_pr
 from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, pretrain_partitions_name
 from nemotron_assets.preflight import check_before_reading
 from nemotron_assets.pretrain.blend_files import build_blend_files
-from nemotron_assets.pretrain.inputs import blend_tokenizer_identity
+from nemotron_assets.pretrain.inputs import blend_tokenizer_identity, document_options
 from nemotron_assets.pretrain.shard_checks import CHECKS, check_shard
 from nemotron_assets.pretrain.shard_step import ShardOutcome, materialize_shard
 from nemotron_assets.records import SourceManifest, require_manifest, write_manifest
@@ -41,7 +41,7 @@ from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage, blend_outputs
 from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.storage import Storage
-from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, cached_tokenizer
+from nemotron_assets.tokenize.documents import LoadedTokenizer, cached_tokenizer
 
 
 class ShardConfig(dg.Config):
@@ -181,10 +181,8 @@ def register_shards(instance: dg.DagsterInstance, scope: Scope, kind: str, sampl
 
 
 def load_blend_tokenizer(context: dg.AssetExecutionContext, blend: Blend, backend: str) -> LoadedTokenizer:
-    options = DocumentOptions(add_bos=blend.add_bos, add_eos=blend.add_eos, eod_token=blend.eod_token,
-                              max_doc_tokens=blend.max_doc_tokens, backend=backend)
     with permanent_errors_fail_at_once():
-        tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision, options)
+        tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision, document_options(blend, backend))
     context.log.info(f"tokenizer {blend.tokenizer_model}: vocab {tokenizer.vocab_size:,}, "
                      f"backend {tokenizer.backend} ({tokenizer.backend_reason})")
     return tokenizer

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from nemotron_assets.assets.harmony import HarmonyAssets, RebuildConfig
+from nemotron_assets.assets.harmony import REBUILD_WHEN_INPUTS_CHANGE, HarmonyAssets, RebuildConfig
 from nemotron_assets.assets.reporting import (
     TRANSIENT_RETRIES,
     CheckOutcome,
@@ -61,6 +61,12 @@ class ScoringAssets:
     def definitions(self) -> list:
         return [self.nll_scores, self.embeddings, self.selected_pool, self.near_duplicate_report]
 
+    @property
+    def rebuilt_when_inputs_change(self) -> list[dg.AssetsDefinition]:
+        """The assets the post-training automation sensor re-requests once their upstream outputs were rebuilt
+        (automation.py); each step then rebuilds only what its receipts call stale."""
+        return self.definitions
+
 
 def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None = None) -> ScoringAssets:
     """Assets of the blend's ``scoring:`` section; ``harmony`` is the same scope's Harmony path."""
@@ -73,6 +79,7 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     view_partitions = scope.partitions(SAMPLE_VIEWS, dg.StaticPartitionsDefinition(embedding_partitions(settings)))
     selection_partitions = scope.partitions(SAMPLE_SELECTIONS, dg.StaticPartitionsDefinition(settings.selections()))
     blend_partitions = scope.partitions("blend", None)
+    automation = None if scope.samples else REBUILD_WHEN_INPUTS_CHANGE  # as the Harmony and SFT assets
     every = dg.AllPartitionMapping()
 
     @partitioned_asset(
@@ -80,7 +87,7 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
         deps=[dg.AssetDep(harmony.candidate_pool, partition_mapping=every)],
         checks={IDS_MATCH_POOL: "the scored ids are the pool part's ids, in order, less the rows the renderer "
                                 "dropped (counted in the receipt)"},
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES, automation_condition=automation,
         description="Completion-only NLL of every row of one pool part under scoring.model (its own chat template, "
                     "every assistant turn trained): nll_mean, nll_sum, tokens_scored, truncated.",
     )
@@ -95,6 +102,7 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     @partitioned_asset(
         scope.key("embeddings"), group=scope.group, partitions_def=view_partitions, kinds={"parquet", "pytorch"},
         deps=[harmony.embedding_view], backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        automation_condition=automation,
         description="One sentence embedding per row of one embedding view of a scored pool (scoring.embedding_model, "
                     "as sentence-transformers computes it).",
     )
@@ -108,6 +116,7 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     @partitioned_asset(
         scope.key("selected_pool"), group=scope.group, partitions_def=selection_partitions, kinds={"parquet"},
         deps=[dg.AssetDep(nll_scores, partition_mapping=every), dg.AssetDep(embeddings, partition_mapping=every)],
+        automation_condition=automation,
         backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
         description="Rows of a scored pool selected by NLL (<pool>_easy: lowest nll_mean quantile, <pool>_hard: "
                     "highest) or by greedy k-center on the prompt embeddings (<pool>_diverse), laid out as a pool so "
@@ -123,7 +132,7 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     @dg.asset(
         key=scope.key("near_duplicate_report"), group_name=scope.group, partitions_def=blend_partitions,
         deps=[dg.AssetDep(embeddings, partition_mapping=every)], kinds={"parquet", "markdown"},
-        retry_policy=TRANSIENT_RETRIES,
+        retry_policy=TRANSIENT_RETRIES, automation_condition=automation,
         description="Pairs of rows whose embeddings have cosine >= scoring.near_dup_threshold, within each view of "
                     "each scored pool, found by blocked matrix products (never the n x n matrix).",
     )

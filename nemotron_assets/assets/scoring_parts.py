@@ -8,7 +8,8 @@ Its own module, free of torch and of the scoring steps, because the Harmony asse
 import dagster as dg
 
 from nemotron_assets.blend import Blend
-from nemotron_assets.layout import PoolPartKey
+from nemotron_assets.errors import NotReady
+from nemotron_assets.layout import PoolPartKey, pool_dir
 from nemotron_assets.partitions import Scope, sample_partitions_name, scored_pool_parts_name
 from nemotron_assets.scoring.inputs import pool_part_numbers
 from nemotron_assets.storage import Storage
@@ -32,3 +33,20 @@ def register_pool_parts(instance: dg.DagsterInstance, store: Storage, blend: Ble
     if new:
         instance.add_dynamic_partitions(name, new)
     return keys
+
+
+def nll_partitions(instance: dg.DagsterInstance, store: Storage, blend: Blend, scope: Scope,
+                   sample: str | None) -> list[str]:
+    """The ``nll_scores`` partitions to run: every part of every scored pool under the scope's base, registered here
+    too (a pool built before the blend had ``scoring:`` was never registered by ``candidate_pool``). A scored pool
+    without any part is ``NotReady``, naming what to materialize: scoring nothing and calling it done would hide
+    that the pools were never built (e.g. a fresh root, or a sample whose pools are not built yet)."""
+    base = scope.base(sample)
+    missing = [pool for pool in blend.scoring.pools if not pool_part_numbers(store, base, pool)]
+    if missing:
+        where = f" of sample {sample!r}" if sample else ""
+        raise NotReady(f"the scored pool(s) {', '.join(missing)}{where} are not built (no part under "
+                       f"{store.url(pool_dir(base, missing[0]))}): materialize {blend.name}/candidate_pool "
+                       f"partition(s) {', '.join(repr(p) for p in missing)}{where} first")
+    return [key for pool in blend.scoring.pools for key in register_pool_parts(instance, store, blend, scope, sample,
+                                                                               pool)]

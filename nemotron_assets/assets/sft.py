@@ -67,8 +67,10 @@ class SftAssets:
         return self.definitions
 
 
-def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None = None) -> SftAssets:
-    """Assets of the blend's packed SFT; ``harmony`` is the same scope's Harmony path (full build or samples)."""
+def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None = None,
+                     selected_pool: dg.AssetsDefinition | None = None) -> SftAssets:
+    """Assets of the blend's packed SFT; ``harmony`` is the same scope's Harmony path (full build or samples);
+    ``selected_pool``: the same scope's scoring selections, an upstream of the plan when ``sft.from`` names one."""
     scope = scope or Scope(blend.name)
     shard_partitions = scope.partitions("sft_shards", dg.DynamicPartitionsDefinition(
         name=sft_partitions_name(blend.name)))
@@ -96,7 +98,9 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
         automation_condition=automation, kinds={"parquet"}, retry_policy=TRANSIENT_RETRIES,
         deps=[dg.AssetDep(sft_samples, partition_mapping=every),
               dg.AssetDep(harmony.harmony_dedup, partition_mapping=every),
-              dg.AssetDep(harmony.candidate_pool, partition_mapping=every)],
+              dg.AssetDep(harmony.candidate_pool, partition_mapping=every),
+              *([dg.AssetDep(selected_pool, partition_mapping=every)]
+                if selected_pool is not None and reads_selections(blend) else [])],
         description="Selects the samples (dedup, sft.from, used_in), assigns train/valid/test and repeat copies, "
                     "and plans the bins of every packed shard; registers the packed shards' partitions.",
     )
@@ -124,6 +128,7 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
     def sft_packed(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
         plans: dict[str, Receipt] = {}
+        read_by_build: dict[str, dict] = {}  # partition -> the samples its build read, for its checks right after
 
         def plan_of(base: str) -> Receipt:
             if base not in plans:
@@ -135,6 +140,9 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
             base = scope.base(sample)
             outcome = materialize_packed(store, blend, base, SftShardKey.parse(shard), config.force,
                                          log=context.log.info, plan=plan_of(base))
+            read_by_build.clear()  # one shard's samples at most: its checks run right after its build
+            if outcome.samples is not None and context.selected_asset_check_keys:
+                read_by_build[partition] = outcome.samples
             stats = outcome.receipt.stats
             context.log.info(f"{partition}: {outcome.status}, {stats['samples']:,} samples in {stats['bins']:,} bins, "
                              f"packing efficiency {stats['packing_efficiency']:.1%}")
@@ -143,7 +151,8 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
         def check(partition: str) -> list[CheckOutcome]:
             sample, shard = scope.split(partition)
             base = scope.base(sample)
-            problems = check_packed_shard(store, base, SftShardKey.parse(shard), plan_of(base))
+            problems = check_packed_shard(store, base, SftShardKey.parse(shard), plan_of(base),
+                                          read_by_build.pop(partition, None))
             return [CheckOutcome(name, not found, {"problems": len(found), "first": "; ".join(found[:3]) or "none"})
                     for name, found in problems.items()]
 
@@ -176,6 +185,21 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
         return dg.MaterializeResult(metadata=metadata)
 
     return SftAssets(sft_samples, sft_plan, sft_packed, sft_manifest, shard_partitions)
+
+
+def reads_selections(blend: Blend) -> bool:
+    """Whether ``sft.from`` names a scoring selection (``<pool>_easy``, ...), which makes ``selected_pool`` an
+    upstream of the plan."""
+    from nemotron_assets.scoring.settings import split_selection
+
+    names = [] if blend.sft is None or blend.sft.from_ == "all" else blend.sft.from_
+    for name in names:
+        try:
+            split_selection(name)
+        except ValueError:
+            continue
+        return True
+    return False
 
 
 # --- the steps ------------------------------------------------------------------------------------------------

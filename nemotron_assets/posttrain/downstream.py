@@ -28,12 +28,13 @@ from nemotron_assets.layout import (
     duplicates_path,
     embedding_view_path,
     harmony_shard_prefix,
+    pool_part_path,
     pool_path,
 )
 from nemotron_assets.posttrain.behavior_report import write_behavior_report
 from nemotron_assets.posttrain.dedup import current_shards, find_duplicates
 from nemotron_assets.posttrain.embedding import VIEWS, write_views
-from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, blend_rows, write_pool
+from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, blend_rows, pool_part_numbers, write_pool
 from nemotron_assets.records import (
     Freshness,
     Receipt,
@@ -167,10 +168,17 @@ def materialize_pool(store: Storage, blend: Blend, base: str, pool: str, thresho
 
 # --- views and the report ----------------------------------------------------------------------------------------
 def view_inputs(store: Storage, blend: Blend, base: str, pool: str) -> dict:
-    receipt = _current(store, _prefix(pool_path(base, pool)), lambda built: pool_inputs(
-        store, blend, base, PoolThresholds(**built.inputs["thresholds"])), f"pool {pool!r}",
-        f"{blend.name}/candidate_pool partition {pool!r}")
-    return {"format": VIEW_FORMAT, "pool": _file_versions(receipt)[".parquet"]}
+    """The views read every part of the pool (embedding.py ``write_views``): part 0 under ``pool``, any further
+    part under ``more_pool_parts`` (absent for a one-part pool, so its views' inputs read as they always have)."""
+    versions = {}
+    for part in pool_part_numbers(store, base, pool) or [0]:
+        receipt = _current(store, _prefix(pool_part_path(base, pool, part)), lambda built: pool_inputs(
+            store, blend, base, PoolThresholds(**built.inputs["thresholds"])), f"pool {pool!r} part {part}",
+            f"{blend.name}/candidate_pool partition {pool!r}")
+        versions[f"part-{part:05d}"] = _file_versions(receipt)[".parquet"]
+    first, *more = versions.items()
+    inputs = {"format": VIEW_FORMAT, "pool": first[1]}
+    return {**inputs, "more_pool_parts": dict(more)} if more else inputs
 
 
 def _current(store: Storage, prefix: str, inputs_of, what: str, materialize: str) -> Receipt:

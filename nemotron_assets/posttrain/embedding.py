@@ -16,7 +16,8 @@ generated conversations). `write_views` builds all three views of a pool in one 
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,8 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.formats.harmony import Message, parse_harmony
-from nemotron_assets.layout import embedding_view_path, pool_path
+from nemotron_assets.layout import embedding_view_path, pool_part_path
 from nemotron_assets.normalize.to_harmony import PYTHON_TOOL_NAMES, arguments_text, python_code, reasoning_and_answer
+from nemotron_assets.posttrain.pools import pool_part_numbers
 from nemotron_assets.storage import Storage
 
 VIEWS = ("prompt", "reasoning_excerpt", "behavior")
@@ -174,15 +176,17 @@ def _view_batches(pool: pq.ParquetFile, batch_rows: int) -> Iterator[tuple[pa.Re
         yield batch, [view_texts(messages) for messages in batch.column("messages").to_pylist()]
 
 
-def write_view_files(pool_file: BinaryIO, out: dict[str, Path], batch_rows: int = BATCH_ROWS) -> int:
-    """Every view of one pool file in one pass, streamed: record batches in, one ParquetWriter per view (zstd)
-    writing to ``out[view]``. Returns the pool's rows."""
-    pool = pq.ParquetFile(pool_file)
-    schema = view_schema(pool.schema_arrow)
+def write_view_files(pool_file: BinaryIO | Sequence[BinaryIO], out: dict[str, Path],
+                     batch_rows: int = BATCH_ROWS) -> int:
+    """Every view of one pool file, or of a pool's part files one after the other (in the order given), in one
+    pass, streamed: record batches in, one ParquetWriter per view (zstd) writing to ``out[view]``. Returns the
+    pool's rows."""
+    parts = [pq.ParquetFile(f) for f in (pool_file if isinstance(pool_file, Sequence) else [pool_file])]
+    schema = view_schema(parts[0].schema_arrow)
     writers = {view: pq.ParquetWriter(out[view], schema, compression="zstd") for view in VIEWS}
     rows = 0
     try:
-        for batch, texts in _view_batches(pool, batch_rows):
+        for batch, texts in (item for part in parts for item in _view_batches(part, batch_rows)):
             rows += batch.num_rows
             for position, view in enumerate(VIEWS):
                 embed = [row_texts[position] for row_texts in texts]
@@ -197,10 +201,13 @@ def write_view_files(pool_file: BinaryIO, out: dict[str, Path], batch_rows: int 
 
 
 def write_views(store: Storage, base: str, pool: str) -> int:
-    """Every view of one committed pool, staged and then committed; returns the pool's rows."""
-    with store.staging() as folder, store.open(pool_path(base, pool)) as pool_file:
+    """Every view of one committed pool (all its parts, in part order, into one file per view), staged and then
+    committed; returns the pool's rows."""
+    with store.staging() as folder, ExitStack() as files:
+        parts = [files.enter_context(store.open(pool_part_path(base, pool, part)))
+                 for part in pool_part_numbers(store, base, pool) or [0]]
         staged = {view: folder / f"{view}.parquet" for view in VIEWS}
-        rows = write_view_files(pool_file, staged)
+        rows = write_view_files(parts, staged)
         for view in VIEWS:
             store.commit(staged[view], embedding_view_path(base, view, pool))
     return rows

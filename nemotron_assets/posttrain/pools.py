@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import polars as pl
 
 from nemotron_assets.blend import Blend
-from nemotron_assets.layout import pool_dir, pool_path
+from nemotron_assets.layout import pool_dir, pool_part_number, pool_path
 from nemotron_assets.posttrain.dedup import deduplicated_rows
 from nemotron_assets.posttrain.pool_names import POOL_NAMES
 from nemotron_assets.storage import Storage
@@ -100,6 +100,13 @@ def write_pool(store: Storage, base: str, rows: pl.LazyFrame, pool: str, thresho
         store.write_bytes(f"{pool_dir(base, pool)}/manifest.json", json.dumps(manifest, indent=1, sort_keys=True)
                           .encode())
     return manifest
+
+
+def pool_part_numbers(store: Storage, base: str, pool: str) -> list[int]:
+    """The part numbers of a pool's Parquet files (``part-NNNNN.parquet``), in order. `write_pool` writes part 0;
+    everything that reads a pool reads every part it finds, so a pool written in several parts is read whole."""
+    numbers = (pool_part_number(name.rsplit("/", 1)[-1]) for name in store.list(pool_dir(base, pool)))
+    return sorted(n for n in numbers if n is not None)
 
 
 def rows_outside_predicate(store: Storage, base: str, pool: str) -> int:

@@ -7,6 +7,7 @@ re-tokenized with the reference backend (a long one by its first piece, never wh
 shard is rebuilt with the reference (never a silent divergence).
 """
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from nemotron_assets.formats.megatron import DType, IndexedDatasetWriter
-from nemotron_assets.sources.prefetch import map_in_threads
+from nemotron_assets.sources.prefetch import InOrderThread, map_in_threads
 from nemotron_assets.tokenize.documents import LoadedTokenizer
 from nemotron_assets.tokenize.encoders import first_mismatch
 from nemotron_assets.tokenize.long_documents import LONG_DOCUMENT_CHARS, LongDocuments, check_sample
@@ -90,12 +91,16 @@ def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype:
     """Tokenize every batch into ``<prefix>.bin``/``.idx`` (local paths); returns the shard's counts.
 
     Each batch is cut into ``threads`` pieces tokenized at the same time in threads (``_tokenize_piece``; the
-    backends let go of the GIL), while this thread writes the finished pieces in order: a shard keeps every core
-    busy on its own, and holds about one batch in tokenization, as with one thread. ``log`` (default: this
-    module's logger) hears once per reason why a long document was tokenized whole."""
+    backends let go of the GIL), while one more thread writes and hashes the finished pieces in order
+    (``InOrderThread``: writing a GB into the page cache costs seconds of CPU in the kernel, and while this thread
+    did it the tokenizers waited for work): a shard keeps every core busy on its own, and holds about one batch in
+    tokenization, as with one thread. ``log`` (default: this module's logger) hears once per reason why a long
+    document was tokenized whole."""
     stats = ShardStats(dtype=dtype.name, backend=tokenizer.backend)
     log = log or logging.getLogger(__name__).warning
     writer = IndexedDatasetWriter(prefix, dtype)
+    appending = InOrderThread(lambda piece: writer.add_documents(piece.ids, piece.lengths), depth=1,
+                              name="shard_writer")
     started = last_report = time.monotonic()
     try:
         for batch in map_in_threads(partial(_tokenize_piece, tokenizer), _pieces(batches, threads), threads):
@@ -104,17 +109,19 @@ def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype:
                     log(f"a document of over {LONG_DOCUMENT_CHARS:,} characters was tokenized whole: {reason}")
                 stats.long_documents.whole[reason] = stats.long_documents.whole.get(reason, 0) + count
             stats.long_documents.in_pieces += batch.long_documents.in_pieces
-            before = writer.tokens
-            writer.add_documents(batch.ids, batch.lengths)
+            appending.submit(batch)
             stats.rows += batch.rows
-            stats.tokens += writer.tokens - before
+            stats.tokens += len(batch.ids)
             stats.add_lengths(batch.lengths)
             now = time.monotonic()
             if progress is not None and now - last_report >= progress_every_s:
                 progress(stats.rows, stats.tokens, now - started)
                 last_report = now
+        appending.close()
         writer.close()
     except BaseException:
+        with contextlib.suppress(BaseException):  # the error that stopped the build is the one to report
+            appending.close()
         writer.abort()
         raise
     idx_bytes = Path(f"{prefix}.idx").read_bytes()

@@ -27,6 +27,7 @@ from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError
 from nemotron_assets.formats.megatron import dtype_for_vocab
 from nemotron_assets.records import SourceManifest
+from nemotron_assets.tokenize.documents import DocumentOptions
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
 
 FORMAT_VERSION = "megatron-mmidx/2"
@@ -45,6 +46,13 @@ def tokenizer_identity(files: TokenizerFiles, vocab_size: int | None = None) -> 
 def blend_tokenizer_identity(blend: Blend) -> dict:
     """The identity of the tokenizer the blend names, without building a tokenizing backend."""
     return tokenizer_identity(locate_tokenizer(blend.tokenizer_model, blend.tokenizer_revision))
+
+
+def document_options(blend: Blend, backend: str = "auto") -> DocumentOptions:
+    """How the blend's shards turn texts into documents (the settings above) with the chosen backend: the one key
+    of the shard step's tokenizer, and of its preload by the CLI (cli.py)."""
+    return DocumentOptions(add_bos=blend.add_bos, add_eos=blend.add_eos, eod_token=blend.eod_token,
+                           max_doc_tokens=blend.max_doc_tokens, backend=backend)
 
 
 def _file_version(path) -> tuple[int, int]:

@@ -28,7 +28,7 @@ Modules, in the order a run uses them:
 A pool part through NLL scoring::
 
     files = locate_model(settings.model, settings.revision)
-    device = choose_device(settings.device)
+    device = choose_device(settings.device, dtype=settings.dtype)
     scorer = NllScorer.load(files, device, settings.batch_tokens)
     stats = score_pool_part(pool_part, out_path, ModelRenderer(files), scorer, files, settings.max_tokens)
 """

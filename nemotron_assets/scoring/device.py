@@ -4,6 +4,10 @@ bf16 halves memory and is what GPUs are fast at, but its rounding depends on how
 results change slightly with batch composition. fp32 on CPU keeps scores reproducible enough to test that batching
 and padding change nothing. On CPU, torch is given one thread per core this process may use.
 
+``scoring.dtype`` overrides the precision: ``auto`` is the rule above, ``fp32`` or ``bf16`` force one. bf16 on CPU
+is an opt-in for CPUs with bf16 matrix units (AMX, AVX-512 BF16), where the output layer's matrix products run
+several times faster (bench/README.md "SFT, NLL and embeddings"); its scores then depend on batching as on CUDA.
+
 The choice is logged by the caller and recorded in the output metadata (`DeviceChoice.as_metadata`).
 """
 
@@ -14,6 +18,15 @@ from typing import Literal
 from nemotron_assets.errors import InputError
 
 DeviceSetting = Literal["auto", "cpu", "cuda"]
+DtypeSetting = Literal["auto", "fp32", "bf16"]
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def resolved_dtype(setting: str, device: str) -> str:
+    """The torch dtype name a ``scoring.dtype`` setting means on ``device`` (see the module docstring)."""
+    if setting == "auto":
+        return "bfloat16" if device == "cuda" else "float32"
+    return TORCH_DTYPES[setting]
 
 
 @dataclass(frozen=True)
@@ -40,12 +53,15 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def choose_device(setting: str = "auto", field: str = "scoring.device") -> DeviceChoice:
-    """Resolve ``auto``/``cpu``/``cuda`` against this machine and set torch's CPU thread count."""
+def choose_device(setting: str = "auto", field: str = "scoring.device", dtype: str = "auto") -> DeviceChoice:
+    """Resolve ``auto``/``cpu``/``cuda`` against this machine, and the precision (`resolved_dtype`), and set torch's
+    CPU thread count."""
     import torch
 
     if setting not in ("auto", "cpu", "cuda"):
         raise InputError(f"device must be auto, cpu or cuda, got {setting!r}", field=field)
+    if dtype not in ("auto", *TORCH_DTYPES):
+        raise InputError(f"dtype must be auto, fp32 or bf16, got {dtype!r}", field="scoring.dtype")
     cuda = torch.cuda.is_available()
     if setting == "cuda" and not cuda:
         raise InputError("device is cuda, but torch sees no CUDA device (torch "
@@ -53,5 +69,5 @@ def choose_device(setting: str = "auto", field: str = "scoring.device") -> Devic
     threads = usable_cores()
     torch.set_num_threads(threads)
     if setting == "cuda" or (setting == "auto" and cuda):
-        return DeviceChoice("cuda", "bfloat16", torch.cuda.get_device_name(0), threads)
-    return DeviceChoice("cpu", "float32", "cpu", threads)
+        return DeviceChoice("cuda", resolved_dtype(dtype, "cuda"), torch.cuda.get_device_name(0), threads)
+    return DeviceChoice("cpu", resolved_dtype(dtype, "cpu"), "cpu", threads)

@@ -8,13 +8,15 @@ extra, and the selection and report steps never load a model.
 revision: a commit sha, or a digest of the folder's files, `model_files.ModelFiles`), ``max_tokens`` and this code's
 format version. ``batch_tokens`` is left out on purpose: on CPU in fp32 the scores do not depend on how rows are
 batched (nll.py: right padding without a mask, per-row sums in float64; tested in the scoring tests), so a new batch
-size must not make every score stale. On CUDA in bf16 they do depend on it, so there the device and precision are
-recorded (``device: cuda``), and a part scored on a GPU is stale on a CPU-only machine, and the reverse.
+size must not make every score stale. In bf16 (on CUDA, or on CPU with ``scoring.dtype: bf16``) they do depend on
+it, so there the device and precision are recorded (``device: {device, dtype}``, `precision_inputs`; absent for CPU
+in fp32), and a part scored on a GPU or in bf16 is stale on a CPU-only machine in fp32, and the reverse.
 
 **The device a judge assumes.** Choosing the device needs torch (`device.choose_device`). ``status``, ``verify`` and
 the steps after the scores do not load torch: they judge a part with ``device: cuda`` when the setting is ``cuda``,
 with CPU when it is ``cpu``, and, for ``auto``, with the device the part's receipt recorded (like the pool thresholds,
-downstream.py ``downstream_states``). Only the NLL step itself compares against the device it runs on now.
+downstream.py ``downstream_states``); the precision is then what ``scoring.dtype`` means on that device
+(`device.resolved_dtype`). Only the NLL step itself compares against the device it runs on now.
 """
 
 from nemotron_assets.blend import Blend
@@ -25,13 +27,13 @@ from nemotron_assets.layout import (
     embedding_view_path,
     nll_scores_path,
     pool_dir,
-    pool_part_number,
     pool_part_path,
 )
 from nemotron_assets.posttrain.downstream import _current, pool_inputs, view_inputs
 from nemotron_assets.posttrain.embedding import VIEWS
-from nemotron_assets.posttrain.pools import PoolThresholds
+from nemotron_assets.posttrain.pools import PoolThresholds, pool_part_numbers
 from nemotron_assets.records import Receipt, read_receipt
+from nemotron_assets.scoring.device import resolved_dtype
 from nemotron_assets.scoring.model_files import ModelFiles
 from nemotron_assets.scoring.settings import DIVERSE, ScoringSettings, split_selection
 from nemotron_assets.storage import Storage
@@ -55,12 +57,6 @@ def settings_of(blend: Blend) -> ScoringSettings:
 
 
 # --- the pools' parts -------------------------------------------------------------------------------------------
-def pool_part_numbers(store: Storage, base: str, pool: str) -> list[int]:
-    """The part numbers of a pool's Parquet files, in order (a pool writes part 0 today)."""
-    numbers = (pool_part_number(name.rsplit("/", 1)[-1]) for name in store.list(pool_dir(base, pool)))
-    return sorted(n for n in numbers if n is not None)
-
-
 def scored_pool_parts(store: Storage, blend: Blend, base: str) -> list[PoolPartKey]:
     """Every part of every scored pool that exists under ``base``, in ``scoring.pools`` then part order."""
     return [PoolPartKey(pool, part) for pool in settings_of(blend).pools
@@ -75,19 +71,24 @@ def current_pool_part(store: Storage, blend: Blend, base: str, key: PoolPartKey)
 
 
 # --- NLL parts ----------------------------------------------------------------------------------------------------
-def nll_inputs(settings: ScoringSettings, pool_part: Receipt, model: ModelFiles, device: str) -> dict:
-    inputs = {"format": NLL_FORMAT, "pool_part": pool_part.files[".parquet"]["sha256"],
-              "model": {"id": model.model_id, "revision": model.revision}, "max_tokens": settings.max_tokens}
-    if device == "cuda":
-        inputs["device"] = {"device": "cuda", "dtype": "bfloat16"}
-    return inputs
+def precision_inputs(device: str, dtype: str) -> dict:
+    """``{"device": {device, dtype}}`` unless CPU in fp32, the one batch-invariant precision (module docstring)."""
+    return {} if (device, dtype) == ("cpu", "float32") else {"device": {"device": device, "dtype": dtype}}
 
 
-def judged_device(setting: str, built: Receipt | None) -> str:
-    """The device an output is judged with when torch is not asked (see the module docstring)."""
-    if setting in ("cpu", "cuda"):
-        return setting
-    return "cuda" if built is not None and "device" in built.inputs else "cpu"
+def nll_inputs(settings: ScoringSettings, pool_part: Receipt, model: ModelFiles, device: str, dtype: str) -> dict:
+    return {"format": NLL_FORMAT, "pool_part": pool_part.files[".parquet"]["sha256"],
+            "model": {"id": model.model_id, "revision": model.revision}, "max_tokens": settings.max_tokens,
+            **precision_inputs(device, dtype)}
+
+
+def judged_device(settings: ScoringSettings, built: Receipt | None) -> tuple[str, str]:
+    """The device and dtype an output is judged with when torch is not asked (see the module docstring)."""
+    if settings.device in ("cpu", "cuda"):
+        device = settings.device
+    else:
+        device = built.inputs.get("device", {}).get("device", "cpu") if built is not None else "cpu"
+    return device, resolved_dtype(settings.dtype, device)
 
 
 def nll_prefix(base: str, key: PoolPartKey) -> str:
@@ -98,8 +99,7 @@ def expected_nll_inputs(store: Storage, blend: Blend, base: str, key: PoolPartKe
     """The inputs an NLL part would be built from now, judged without torch."""
     settings = settings_of(blend)
     built = read_receipt(store, nll_prefix(base, key))
-    return nll_inputs(settings, current_pool_part(store, blend, base, key), model,
-                      judged_device(settings.device, built))
+    return nll_inputs(settings, current_pool_part(store, blend, base, key), model, *judged_device(settings, built))
 
 
 def current_nll_parts(store: Storage, blend: Blend, base: str, pool: str, model: ModelFiles) -> dict[str, Receipt]:
@@ -137,12 +137,9 @@ def current_view(store: Storage, blend: Blend, base: str, view: str, pool: str) 
                     f"{blend.name}/embedding_view partition {pool!r}")
 
 
-def embedding_inputs(view_part: Receipt, model: ModelFiles, device: str) -> dict:
-    inputs = {"format": EMBEDDING_FORMAT, "view_part": view_part.files[".parquet"]["sha256"],
-              "model": {"id": model.model_id, "revision": model.revision}}
-    if device == "cuda":
-        inputs["device"] = {"device": "cuda", "dtype": "bfloat16"}
-    return inputs
+def embedding_inputs(view_part: Receipt, model: ModelFiles, device: str, dtype: str) -> dict:
+    return {"format": EMBEDDING_FORMAT, "view_part": view_part.files[".parquet"]["sha256"],
+            "model": {"id": model.model_id, "revision": model.revision}, **precision_inputs(device, dtype)}
 
 
 def embedding_prefix(base: str, view: str, pool: str) -> str:
@@ -153,8 +150,7 @@ def expected_embedding_inputs(store: Storage, blend: Blend, base: str, view: str
                               model: ModelFiles) -> dict:
     settings = settings_of(blend)
     built = read_receipt(store, embedding_prefix(base, view, pool))
-    return embedding_inputs(current_view(store, blend, base, view, pool), model,
-                            judged_device(settings.device, built))
+    return embedding_inputs(current_view(store, blend, base, view, pool), model, *judged_device(settings, built))
 
 
 def current_embeddings(store: Storage, blend: Blend, base: str, view: str, pool: str, model: ModelFiles) -> Receipt:

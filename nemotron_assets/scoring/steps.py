@@ -102,7 +102,7 @@ class Models:
         def choose():
             from nemotron_assets.scoring.device import choose_device
 
-            choice = choose_device(self.settings.device)
+            choice = choose_device(self.settings.device, dtype=self.settings.dtype)
             self.log(f"scoring on {choice.describe()}")
             return choice
 
@@ -166,7 +166,7 @@ def materialize_nll_part(store: Storage, blend: Blend, base: str, key: PoolPartK
 
     settings = settings_of(blend)
     pool_part = current_pool_part(store, blend, base, key)
-    inputs = nll_inputs(settings, pool_part, models.llm_files, models.device.device)
+    inputs = nll_inputs(settings, pool_part, models.llm_files, models.device.device, models.device.dtype)
     source = pool_part_path(base, key.pool, key.part)
 
     def build(folder: Path) -> tuple[dict, dict]:
@@ -204,7 +204,7 @@ def materialize_embeddings(store: Storage, blend: Blend, base: str, key: str, mo
 
     view, pool = split_view_key(key)
     inputs = embedding_inputs(current_view(store, blend, base, view, pool), models.embedder_files,
-                              models.device.device)
+                              models.device.device, models.device.dtype)
     source = embedding_view_path(base, view, pool)
 
     def build(folder: Path) -> tuple[dict, dict]:

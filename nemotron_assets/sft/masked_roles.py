@@ -56,13 +56,16 @@ def masked_content_spans(messages: Sequence[Mapping[str, Any]], text: str,
 
 
 def _find(text: str, piece: str, start: int) -> Span | None:
-    """The first place of `piece` (or of it trimmed, as templates often write content) at or after `start`."""
+    """The first place at or after `start` where `piece` is written whole or trimmed (templates often trim content);
+    at the same place, the whole piece. The earliest place wins: a template that trims ``"  x"`` writes ``x`` where
+    the message is, and ``"  x"`` may still occur later, quoted in a trained reply."""
+    best: Span | None = None
     for candidate in (piece, piece.strip()):
         if candidate:
             at = text.find(candidate, start)
-            if at >= 0:
-                return at, at + len(candidate)
-    return None
+            if at >= 0 and (best is None or at < best[0]):
+                best = (at, at + len(candidate))
+    return best
 
 
 def _assistant_pieces(message: Mapping[str, Any]) -> Iterator[str]:

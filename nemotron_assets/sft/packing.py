@@ -86,6 +86,9 @@ class PackSample:
     copy: int = 0  # which repeat of the row this is (split.repeat_count)
     license: str | None = None
     sample: int = 0  # which sample of its conversation this is (one per user turn with reasoning)
+    #: The arrays are int32/uint8, the ids non-negative and the mask 0/1 already: a reader that validated a whole
+    #: column at once (pack_step.read_samples) says so, and `prepare_sample` does not check each sample again.
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,8 @@ def prepare_sample(sample: PackSample, settings: PackSettings, stats: PackStats,
     """The sample as it goes into a bin, or None when dropped (counted in ``stats.dropped``)."""
     stats.samples_in += 1
     where = f"sample {sample.id!r} (dataset {sample.dataset!r}, row {sample.source_row})"
-    ids, mask = _checked_arrays(sample.input_ids, sample.assistant_mask, where)
+    ids, mask = ((sample.input_ids, sample.assistant_mask) if sample.checked
+                 else _checked_arrays(sample.input_ids, sample.assistant_mask, where))
     truncated = False
     if len(ids) - 1 > settings.max_positions:
         if settings.overlong == "drop":

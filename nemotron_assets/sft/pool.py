@@ -2,7 +2,9 @@
 
 Rendering Jinja is Python and holds the GIL, so one process uses one core however fast the tokenizer is. Each
 worker builds the template and tokenizer once from the `ChatFormatSpec` (a few seconds for Llama-3: the tokenizer
-and its fast path's probe check) and then runs `samples_for_conversations` on the batches it is given. A batch's
+and its fast path's probe check) and then runs what it is given: `samples_for_conversations` on a batch of
+conversations (`samples_in_processes`), or any picklable function of a task (`in_order`; the ``sft_samples`` step
+sends whole Harmony batches, samples_step.py). A batch's
 samples travel back as two flat arrays (all ids, all masks) plus their lengths — pickling two arrays per sample
 cost a quarter of the compute — and the caller gets `ConversationSamples` whose arrays are views into them. At most
 ``workers * ahead`` batches are in flight, so memory stays bounded whatever the input size. Workers are started with
@@ -11,9 +13,10 @@ cost a quarter of the compute — and the caller gets `ConversationSamples` whos
 
 import multiprocessing
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,6 +24,7 @@ from nemotron_assets.sft.chat_format import ChatFormat, ChatFormatSpec, load_cha
 from nemotron_assets.sft.samples import ConversationSamples, Messages, Sample, Tools, samples_for_conversations
 
 Conversation = tuple[Messages, Tools]
+Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,8 @@ _formats: dict[ChatFormatSpec, ChatFormat] = {}  # this process's templates and 
 _default: ChatFormatSpec | None = None  # the spec of plain batches, in a worker
 
 
-def _format_of(spec: ChatFormatSpec) -> ChatFormat:
+def format_of(spec: ChatFormatSpec) -> ChatFormat:
+    """`spec`'s chat format, loaded once per process."""
     if spec not in _formats:
         _formats[spec] = load_chat_format(spec)
     return _formats[spec]
@@ -91,19 +96,40 @@ def _format_of(spec: ChatFormatSpec) -> ChatFormat:
 def _load(spec: ChatFormatSpec) -> None:
     global _default
     _default = spec
-    _format_of(spec)
+    format_of(spec)
 
 
 def _run(batch: Batch, default: ChatFormatSpec | None) -> list[ConversationSamples]:
     spec, conversations = (batch.spec, batch.conversations) if isinstance(batch, FormattedBatch) else (default, batch)
     if spec is None:
         raise RuntimeError("the worker was started without a chat format")
-    chat_format = _format_of(spec)
+    chat_format = format_of(spec)
     return samples_for_conversations(conversations, chat_format.template, chat_format.tokenizer)
 
 
 def _samples(batch: Batch) -> FlatBatch:
     return flatten(_run(batch, _default))
+
+
+def in_order(function: Callable[..., Result], tasks: Iterable[tuple], spec: ChatFormatSpec, workers: int = 2,
+             ahead: int = 2) -> Iterator[Result]:
+    """``function(*task)`` of each task, in order, computed by `workers` processes that loaded `spec`'s chat format
+    first (``workers=1``: here, in this process). At most ``workers * ahead`` tasks are in flight, so memory stays
+    bounded whatever the input size; an error raised by a task is raised here."""
+    if workers <= 1:
+        _load(spec)
+        for task in tasks:
+            yield function(*task)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(spec,)) as pool:
+        pending: deque[Future] = deque()
+        for task in tasks:
+            pending.append(pool.submit(function, *task))
+            if len(pending) >= workers * ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def samples_in_processes(batches: Iterable[Batch], spec: ChatFormatSpec, workers: int = 2,
@@ -115,12 +141,5 @@ def samples_in_processes(batches: Iterable[Batch], spec: ChatFormatSpec, workers
         for batch in batches:
             yield _run(batch, spec)
         return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(spec,)) as pool:
-        pending: deque[Future] = deque()
-        for batch in batches:
-            pending.append(pool.submit(_samples, batch))
-            if len(pending) >= workers * ahead:
-                yield expand(pending.popleft().result())
-        while pending:
-            yield expand(pending.popleft().result())
+    for flat in in_order(_samples, ((batch,) for batch in batches), spec, workers, ahead):
+        yield expand(flat)

@@ -25,6 +25,13 @@ class SourceFile:
     compression: str | None
     rows: int = 0
     fingerprint: str = ""
+    # (line, byte offset) of some line starts of an uncompressed file, about every 32 MB, found by the pass that
+    # counted and hashed it: a reader of rows deep into the file seeks there instead of counting every line before.
+    # Not part of the file's identity (``fingerprint`` is): a manifest without them reads the same rows.
+    line_starts: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "line_starts", tuple((int(line), int(at)) for line, at in self.line_starts))
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -43,14 +43,16 @@ def build_manifest(blend: Blend, entry: DatasetEntry, base_dir: Path, max_rows: 
     for source in resolution.files:
         if max_rows is not None and sum(f.rows for f in files) >= max_rows:
             break  # a sample: the files after the first max_rows rows are neither read nor listed
-        rows, digest = count_rows_and_hash(source, options)
+        line_starts: list[tuple[int, int]] = []
+        rows, digest = count_rows_and_hash(source, options, line_starts)
         fingerprint = source.fingerprint or f"sha256:{digest}"
         if rows == 0:
             if blend.on_error != "skip":
                 raise InputError("empty file (no rows); remove it or set on_error: skip", dataset=entry.name,
                                  path=source.url)
             skipped.append(source.url)
-        files.append(SourceFile(source.url, source.size, source.format, source.compression, rows, fingerprint))
+        files.append(SourceFile(source.url, source.size, source.format, source.compression, rows, fingerprint,
+                                tuple(line_starts)))
     if sum(f.rows for f in files) == 0:
         raise InputError(f"empty dataset: {len(files)} file(s) at {entry.path} hold no rows", dataset=entry.name,
                          field="path")

@@ -88,3 +88,45 @@ def map_in_threads(function: Callable[[T], R], items: Iterable[T], workers: int)
             yield pending.popleft().result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class InOrderThread:
+    """Calls ``function(item)`` for each ``submit``-ted item, in order, in one thread of its own.
+
+    For the last stage of a pipeline whose work lets go of the GIL (writing and hashing a shard's ids): the
+    submitter goes on feeding the earlier stages meanwhile. At most ``depth`` items wait (bounded memory). An
+    error of ``function`` stops the thread; it is re-raised by the next ``submit`` or by ``close``, which waits for
+    every submitted call. ``close`` must be called (also after an error elsewhere) so the thread ends.
+    """
+
+    def __init__(self, function: Callable[[T], object], depth: int = 2, name: str = "in_order") -> None:
+        self._function = function
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._failed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (entry := self._queue.get()) is not _DONE:
+            if self._error is None:
+                try:
+                    self._function(entry)
+                except BaseException as exc:  # handed to the submitter
+                    self._error = exc
+                    self._failed.set()
+
+    def submit(self, item: T) -> None:
+        self._raise_if_failed()
+        while not _put(self._queue, item, self._failed):
+            self._raise_if_failed()
+
+    def close(self) -> None:
+        """Wait for every submitted call; raise the first error of any."""
+        self._queue.put(_DONE)
+        self._thread.join()
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error

@@ -9,12 +9,13 @@ file size.
 import gzip
 import hashlib
 import io
+import operator
 import queue
 import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -31,6 +32,8 @@ LINE_BUFFER = 1 << 20  # read-ahead of the line iterator: the 8 KiB default cost
 DEFAULT_BATCH_BYTES = 8 << 20
 PARQUET_BATCH_ROWS = 4096
 MAX_EXAMPLES = 5
+PARSE_LINES = 64  # lines parsed in one C call: ~1 ms of 3 KB rows
+LINE_START_EVERY = 32 << 20  # an uncompressed file's manifest records a line start per this many bytes
 
 # Reasons a row can be dropped with on_error="skip" (metadata keys, stable).
 MALFORMED_JSON = "malformed_json"
@@ -65,8 +68,8 @@ def iter_lines(source: SourceFile, options: ReadOptions, skip: int = 0) -> Itera
 
     A line keeps its ``\\n`` (the last one may have none): JSON parsing reads it as whitespace, and cutting it off
     would copy every line once more."""
-    with open_raw(source.url, options.storage_options) as raw:
-        stream = io.BufferedReader(open_decompressed(raw, source.compression), LINE_BUFFER)
+    with _opened_at_row(source, options, skip) as (decompressed, skip):
+        stream = io.BufferedReader(decompressed, LINE_BUFFER)
         try:
             yield from _lines_after(stream, skip)
         except _decompress_errors() as exc:
@@ -74,24 +77,45 @@ def iter_lines(source: SourceFile, options: ReadOptions, skip: int = 0) -> Itera
                              path=source.url) from None
 
 
+@contextmanager
+def _opened_at_row(source: SourceFile, options: ReadOptions, row: int) -> Iterator[tuple[BinaryIO, int]]:
+    """The file's decompressed stream, positioned at the start of line ``row`` or of an earlier line, and how many
+    lines are still to skip.
+
+    An uncompressed file's manifest entry knows where some of its lines start (``SourceFile.line_starts``, recorded
+    by the pass that counted and hashed it): the stream seeks to the last such line at or before ``row``, so a
+    shard three quarters into a file does not count its way through the first three quarters. A recorded start
+    that is not right after a newline (the file changed since) is not trusted: then every line is counted."""
+    with open_raw(source.url, options.storage_options) as raw:
+        first, offset = _line_start_before(source, row)
+        if offset:
+            if not _newline_before(raw, offset):
+                first, offset = 0, 0
+            raw.seek(offset)
+        yield open_decompressed(raw, source.compression), row - first
+
+
+def _line_start_before(source: SourceFile, row: int) -> tuple[int, int]:
+    """(line, byte offset) of the last recorded line start at or before ``row``; (0, 0) without one."""
+    if source.compression is not None:
+        return 0, 0
+    starts = [start for start in source.line_starts if start[0] <= row]
+    return tuple(starts[-1]) if starts else (0, 0)
+
+
+def _newline_before(raw: BinaryIO, offset: int) -> bool:
+    raw.seek(offset - 1)
+    return raw.read(1) == b"\n"
+
+
 def _lines_after(stream: BinaryIO, skip: int) -> Iterator[bytes]:
     """The lines of ``stream`` after its first ``skip`` lines.
 
     The skipped lines are only counted, a block at a time (``bytes.count``), never cut into line objects: a shard
     that starts three quarters into a file would otherwise split and throw away three quarters of the file."""
-    head = b""  # what the block holding the last skipped line has after it
-    while skip:
-        block = stream.read(READ_CHUNK)
-        if not block:
-            return
-        newlines = block.count(b"\n")
-        if newlines < skip:
-            skip -= newlines
-            continue
-        end = -1
-        for _ in range(skip):
-            end = block.find(b"\n", end + 1)
-        head, skip = block[end + 1:], 0
+    head = _skip_lines(stream, skip)  # what the block holding the last skipped line has after it
+    if head is None:
+        return
     if head:
         lines = head.split(b"\n")
         partial = lines.pop()  # the start of a line the stream goes on with (b"" when head ends with a newline)
@@ -102,15 +126,19 @@ def _lines_after(stream: BinaryIO, skip: int) -> Iterator[bytes]:
     yield from stream  # a buffered reader's own line iterator: one copy per line, in C
 
 
-def count_rows_and_hash(source: SourceFile, options: ReadOptions) -> tuple[int, str]:
+def count_rows_and_hash(source: SourceFile, options: ReadOptions,
+                        line_starts: list[tuple[int, int]] | None = None) -> tuple[int, str]:
     """Rows of the file and the sha256 of its stored bytes, in one streaming pass.
 
     The hash is computed in a second thread (``_ThreadedSha256``) while this one reads, decompresses and counts:
     sha256 runs at ~1.2 GB/s and reading a file from the page cache at ~2.5 GB/s, so one after the other they
-    cost half as much again as the hash alone."""
+    cost half as much again as the hash alone. For an uncompressed file, ``line_starts`` (when given) receives
+    ``(line, byte offset)`` of a line start about every ``LINE_START_EVERY`` bytes, from the same pass: where a
+    reader of the file can seek to (``_opened_at_row``)."""
     if source.format == "parquet":
         return _parquet_rows(source, options), _hash_file(source, options)
-    rows, last = 0, b"\n"
+    rows, last, position, next_start = 0, b"\n", 0, LINE_START_EVERY
+    record = line_starts is not None and source.compression is None
     with open_raw(source.url, options.storage_options) as raw, _ThreadedSha256() as digest:
         hashing = _HashingReader(raw, digest)
         stream = open_decompressed(hashing, source.compression)
@@ -118,12 +146,18 @@ def count_rows_and_hash(source: SourceFile, options: ReadOptions) -> tuple[int, 
             while chunk := stream.read(READ_CHUNK):
                 rows += chunk.count(b"\n")
                 last = chunk[-1:]
+                position += len(chunk)
+                if record and position >= next_start and (end := chunk.rfind(b"\n")) >= 0:
+                    line_starts.append((rows, position - len(chunk) + end + 1))
+                    next_start = position + LINE_START_EVERY
         except _decompress_errors() as exc:
             raise InputError(f"cannot decompress ({source.compression}): {exc}", dataset=options.dataset,
                              path=source.url) from None
         hashing.drain()
     if last != b"\n":
         rows += 1  # a last line without a trailing newline is still a row
+    if record and line_starts and line_starts[-1][0] >= rows:
+        line_starts.pop()  # the end of the file: no line starts there
     return rows, digest.hexdigest()
 
 
@@ -259,30 +293,115 @@ def _jsonl_batches(source: SourceFile, row_start: int, row_end: int, options: Re
                    stats: ReadStats) -> Iterator[list[str]]:
     """The texts of rows ``[row_start, row_end)`` in batches of about ``batch_bytes`` of JSONL.
 
-    A good row (an object whose text field is a string) costs one parse and one lookup, in one loop without
-    per-row generators: for short rows that per-row Python work is most of the cost of reading. Any other row
+    The lines come in blocks (``_line_blocks``), and a block whose every line is an object with a string text field
+    (the usual case) is parsed and looked up by ``map`` in C: no Python code runs per row, which for short rows is
+    most of the cost of reading. Any other block is read line by line, and each row that is not such an object
     goes to ``_refused_row``, which says what is wrong with it.
     """
-    key, limit, loads = options.text_field, options.batch_bytes, orjson.loads
+    key, limit = options.text_field, options.batch_bytes
     batch: list[str] = []
-    batch_bytes = 0
-    with closing(iter_lines(source, options, skip=row_start)) as lines:
-        for row, line in zip(range(row_start, row_end), lines):  # zip stops before reading past row_end
-            stats.rows += 1
-            try:
-                text = loads(line)[key]
-            except (orjson.JSONDecodeError, KeyError, TypeError):  # not JSON, no such key, not an object
-                text = None
-            if type(text) is not str:
-                _refused_row(line, row, source, options, stats)
-                continue
-            batch.append(text)
-            batch_bytes += len(line)
-            if batch_bytes >= limit:
-                yield batch
-                batch, batch_bytes = [], 0
+    batch_bytes, row = 0, row_start
+    for lines, size in _line_blocks(source, row_start, row_end, options):
+        texts = _texts_of_good_block(lines, key)
+        if texts is None:
+            texts = _texts_line_by_line(lines, row, source, options, stats)
+        stats.rows += len(lines)
+        row += len(lines)
+        batch.extend(texts)
+        batch_bytes += size
+        if batch_bytes >= limit and batch:
+            yield batch
+            batch, batch_bytes = [], 0
     if batch:
         yield batch
+
+
+def _texts_of_good_block(lines: list[bytes], key: str) -> list[str] | None:
+    """Every line's text field, or None when some line is not an object with a string text field.
+
+    Parsed ``PARSE_LINES`` lines per ``map``: a C call holds the GIL to its end, and the shard's other threads
+    (tokenizers, writer) need it for a moment between their own long calls."""
+    texts: list[str] = []
+    field = operator.itemgetter(key)
+    try:
+        for start in range(0, len(lines), PARSE_LINES):
+            texts.extend(map(field, map(orjson.loads, lines[start:start + PARSE_LINES])))
+    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):  # not JSON, no such key, not an object
+        return None
+    return texts if all(type(text) is str for text in texts) else None
+
+
+def _texts_line_by_line(lines: list[bytes], first_row: int, source: SourceFile, options: ReadOptions,
+                        stats: ReadStats) -> list[str]:
+    """The texts of the good rows of a block; every other row raises or is counted (``_refused_row``)."""
+    key, texts = options.text_field, []
+    for row, line in enumerate(lines, start=first_row):
+        try:
+            text = orjson.loads(line)[key]
+        except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
+            text = None
+        if type(text) is str:
+            texts.append(text)
+        else:
+            _refused_row(line, row, source, options, stats)
+    return texts
+
+
+def _line_blocks(source: SourceFile, row_start: int, row_end: int, options: ReadOptions
+                 ) -> Iterator[tuple[list[bytes], int]]:
+    """The lines of rows ``[row_start, row_end)`` (without their newlines) in blocks, each with its bytes.
+
+    A block is the complete lines of one read of ``min(READ_CHUNK, batch_bytes)`` bytes (with the partial line
+    the read before left): ``bytes.split`` cuts them in C. The rows before ``row_start`` are counted, never cut.
+    """
+    chunk_bytes = max(1, min(READ_CHUNK, options.batch_bytes))
+    left = row_end - row_start
+    with _opened_at_row(source, options, row_start) as (stream, skip):
+        try:
+            chunk = _skip_lines(stream, skip)  # the rest of the block that held the last skipped line
+            if chunk is None:
+                return
+            pending: list[bytes] = []  # the start of a line whose end has not been read yet
+            while left > 0:
+                chunk = chunk or stream.read(chunk_bytes)
+                if not chunk:
+                    break
+                if b"\n" not in chunk:
+                    pending.append(chunk)
+                    chunk = b""
+                    continue
+                lines = (b"".join([*pending, chunk]) if pending else chunk).split(b"\n")
+                chunk = b""
+                partial = lines.pop()
+                pending = [partial] if partial else []
+                if len(lines) > left:
+                    del lines[left:]
+                left -= len(lines)
+                yield lines, sum(map(len, lines)) + len(lines)
+            last = b"".join(pending)
+            if left > 0 and last:  # a last line without a trailing newline is still a row
+                yield [last], len(last)
+        except _decompress_errors() as exc:
+            raise InputError(f"cannot decompress ({source.compression}): {exc}", dataset=options.dataset,
+                             path=source.url) from None
+
+
+def _skip_lines(stream: BinaryIO, skip: int) -> bytes | None:
+    """Read past ``skip`` lines, counting them a block at a time; what was read after them (None: the file ended
+    first)."""
+    while skip:
+        block = stream.read(READ_CHUNK)
+        if not block:
+            return None
+        newlines = block.count(b"\n")
+        if newlines < skip:
+            skip -= newlines
+            continue
+        end = -1
+        for _ in range(skip):
+            end = block.find(b"\n", end + 1)
+        return block[end + 1:]
+    return b""
 
 
 def _refused_row(line: bytes, row: int, source: SourceFile, options: ReadOptions, stats: ReadStats) -> None:

@@ -8,9 +8,11 @@ default, as in Megatron) prepends BOS to non-empty documents whose tokenization 
 with it; ``max_doc_tokens`` truncates so a document has at most that many tokens with the EOD still last.
 """
 
-import functools
+import contextlib
 import json
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,7 +144,54 @@ def load_tokenizer(spec: str, revision: str | None, options: DocumentOptions) ->
     return LoadedTokenizer(locate_tokenizer(spec, revision), options)
 
 
-@functools.lru_cache(maxsize=4)
+_LOADED: dict[tuple, Future] = {}  # (spec, revision, options) -> the tokenizer being loaded or loaded
+_LOADED_LOCK = threading.Lock()
+_KEEP_LOADED = 4
+
+
 def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions) -> LoadedTokenizer:
-    """One loaded tokenizer per process and setting: loading Llama-3 costs about a second."""
-    return load_tokenizer(spec, revision, options)
+    """One loaded tokenizer per process and setting: loading Llama-3 costs about a second.
+
+    Safe to call from several threads: a second caller waits for the first one's load instead of loading again
+    (``preload_tokenizer`` relies on that). A failed load is not kept: the callers waiting for it get its error,
+    and the next call tries again."""
+    key = (spec, revision, options)
+    with _LOADED_LOCK:
+        loading = _LOADED.get(key)
+        mine = loading is None
+        if mine:
+            loading = _LOADED[key] = Future()
+            for old in list(_LOADED)[:-_KEEP_LOADED]:
+                del _LOADED[old]
+    if not mine:
+        return loading.result()
+    try:
+        loading.set_result(load_tokenizer(spec, revision, options))
+    except BaseException as exc:
+        loading.set_exception(exc)
+        with _LOADED_LOCK:
+            if _LOADED.get(key) is loading:
+                del _LOADED[key]
+    return loading.result()
+
+
+class TokenizerPreload:
+    """``cached_tokenizer`` started in a thread of its own, so a later step finds the tokenizer loaded.
+
+    The loaders let go of the GIL for most of their second (fastokens' parse, the probe texts), so loading
+    overlaps with whatever the process does meanwhile. ``join`` must be called before the process ends: a thread
+    still inside a native load when the interpreter shuts down could crash it. An error of the load is not
+    raised here: the step that needs the tokenizer gets it from ``cached_tokenizer``, located as usual."""
+
+    def __init__(self, spec: str, revision: str | None, options: DocumentOptions) -> None:
+        self._thread = threading.Thread(target=self._load, args=(spec, revision, options), name="tokenizer_preload",
+                                        daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _load(spec: str, revision: str | None, options: DocumentOptions) -> None:
+        with contextlib.suppress(Exception):
+            cached_tokenizer(spec, revision, options)
+
+    def join(self) -> None:
+        self._thread.join()

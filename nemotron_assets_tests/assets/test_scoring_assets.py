@@ -7,8 +7,10 @@ forward pass of the model with transformers' own chat-template rendering for the
 ``encode`` for the embeddings, brute-force cosines for the near-duplicates. Tests that damage files work on a copy.
 """
 
+import hashlib
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -24,8 +26,11 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from nemotron_assets.assets.harmony import build_harmony_assets
 from nemotron_assets.assets.pretrain import build_pretrain_assets
 from nemotron_assets.assets.scoring import build_scoring_assets
+from nemotron_assets.assets.scoring_parts import register_pool_parts
+from nemotron_assets.assets.sft import build_sft_assets
 from nemotron_assets.blend import Blend, load_blend
 from nemotron_assets.partitions import Scope
+from nemotron_assets.records import Receipt, read_receipt, write_receipt
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage
 from nemotron_assets.scoring.model_files import locate_model
@@ -199,6 +204,19 @@ def test_sft_from_may_name_a_selection(built):
     with pytest.raises(ValueError, match=f"{POOL}_diverse"):
         Blend.model_validate({**data, "name": "b", "sft": {"chat_template": "harmony", "from": [f"{POOL}_diverse"]}})
 
+    def plan_upstream(sft: dict) -> set[dg.AssetKey]:
+        """The asset graph's upstream of sft_plan, built as definitions.py builds it."""
+        blend, scope = Blend.model_validate({**data, "name": "b", "sft": sft}), Scope("b")
+        source_split = build_pretrain_assets(blend, REPO / "blends" / "b.yaml", scope).source_split
+        harmony = build_harmony_assets(blend, source_split, scope)
+        scored = build_scoring_assets(blend, harmony, scope)
+        plan = build_sft_assets(blend, harmony, scope, selected_pool=scored.selected_pool).sft_plan
+        return plan.asset_deps[plan.key]
+
+    selected = dg.AssetKey(["b", "selected_pool"])
+    assert selected in plan_upstream({"chat_template": "harmony", "from": [f"{POOL}_easy"]})
+    assert selected not in plan_upstream({"chat_template": "harmony", "from": [POOL]})
+
 
 def test_near_duplicate_report_agrees_with_brute_force(built):
     report = read(built.out / "scores" / "near_duplicates.parquet").to_pylist()
@@ -270,3 +288,95 @@ with dg.instance_for_test() as instance:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "FAILED" in done.stdout
     assert "pip install -e '.[scoring]'" in done.stdout and "torch" in done.stdout
+
+
+def split_pool_in_two(store: Storage, base: str, pool: str) -> list[str]:
+    """Rewrite a committed one-part pool as ``part-00000`` and ``part-00001``, each with its own receipt holding the
+    pool's inputs, as a pool written in several parts is laid out (layout.py ``pool_part_path``); returns the ids in
+    part order."""
+    first = read_receipt(store, f"{base}/pools/{pool}/part-00000")
+    table = pq.read_table(store.url(f"{base}/pools/{pool}/part-00000.parquet"))
+    half = table.num_rows // 2
+    for part, rows in enumerate((table.slice(0, half), table.slice(half))):
+        prefix = f"{base}/pools/{pool}/part-{part:05d}"
+        pq.write_table(rows, store.url(f"{prefix}.parquet"), compression="zstd")
+        data = Path(store.url(f"{prefix}.parquet")).read_bytes()
+        files = {".parquet": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
+        write_receipt(store, prefix, Receipt(first.kind, first.key, first.inputs, files, {"rows": rows.num_rows}))
+    return table.column("id").to_pylist()
+
+
+def test_a_pool_in_two_parts_is_scored_embedded_selected_and_reported_whole(built, tmp_path):
+    shutil.copytree(built.root, tmp_path / "data")
+    store = Storage(str(tmp_path / "data"))
+    name = built.blend.name
+    ids = split_pool_in_two(store, name, POOL)
+    with dg.instance_for_test() as instance:
+        pipeline = ScoringPipeline(tmp_path / "data", instance, built.blend)
+        register_pool_parts(instance, store, built.blend, Scope(name), None, POOL)  # as candidate_pool does
+        assert pipeline.parts == [f"{POOL}/part-00000", f"{POOL}/part-00001"]
+        pipeline.run(pipeline.harmony.embedding_view, [POOL])
+        pipeline.scores()
+    out = tmp_path / "data" / name
+    scored = [read(out / "scores" / "nll" / POOL / f"part-0000{p}.parquet").to_pylist() for p in (0, 1)]
+    assert [row["id"] for part in scored for row in part] == ids and all(scored)
+    one_part = {r["id"]: r["nll_sum"] for r in read(built.out / "scores" / "nll" / POOL / "part-00000.parquet")
+                .to_pylist()}  # fp32 on CPU: how rows are split into parts changes no score
+    assert all(math.isclose(r["nll_sum"], one_part[r["id"]], rel_tol=1e-6) for part in scored for r in part)
+    for view in VIEWS:
+        assert read(out / "embedding" / view / POOL / "part-00000.parquet").column("id").to_pylist() == ids
+        assert read(out / "scores" / "embedding" / view / POOL / "part-00000.parquet").column("id").to_pylist() == ids
+    for kind in ("easy", "hard", "diverse"):
+        assert json.loads((out / "pools" / f"{POOL}_{kind}" / "manifest.json").read_text())["candidates"] == len(ids)
+    means = {r["id"]: r["nll_mean"] for part in scored for r in part if r["nll_mean"] is not None}
+    hard = read(out / "pools" / f"{POOL}_hard" / "part-00000.parquet").column("id").to_pylist()
+    assert max(means, key=lambda i: (means[i], ids.index(i))) in hard  # the hardest row, whichever part holds it
+    report = json.loads((out / "scores" / "near_duplicates.json").read_text())["stats"]["by_view"]
+    assert {key: view["rows"] for key, view in report.items()} == {f"{view}/{POOL}": len(ids) for view in VIEWS}
+
+
+def test_scoring_steps_whose_pools_are_not_built_fail_naming_what_to_materialize(tmp_path):
+    """``--select nll_scores`` on a fresh root or a sample without pools must not run nothing and exit 0."""
+    blends = tmp_path / "blends"
+    blends.mkdir()
+    (blends / "sample_data").symlink_to(REPO / "blends" / "sample_data")
+    (blends / "scored.yaml").write_text(SAMPLE.read_text().split("holdout:")[0]
+                                        + "scoring: {model: /no/such/model, pools: [tool_use]}\n")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    env = dict(os.environ, DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(tmp_path / "data"),
+               NEMOTRON_BLENDS_DIR=str(blends), HF_HUB_OFFLINE="1")
+
+    def materialize(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nemotron_assets", "materialize", "scored", *args], env=env,
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    for args, where in ((["--select", "nll_scores"], ""), (["--select", "nll_scores", "--max-rows", "4"],
+                                                            " of sample 'rows_4'")):
+        done = materialize(*args)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert (f"the scored pool(s) tool_use{where} are not built" in done.stderr
+                and f"materialize scored/candidate_pool partition(s) 'tool_use'{where} first" in done.stderr)
+    done = materialize("--select", "embeddings")
+    assert done.returncode == 1 and "materialize scored/embedding_view partition 'tool_use' first" in done.stderr, \
+        done.stderr[-3000:]
+
+
+def test_the_post_training_automation_sensor_rebuilds_the_scores_of_the_full_build_only(tmp_path):
+    from nemotron_assets.definitions import build_definitions
+
+    blends = tmp_path / "blends"
+    blends.mkdir()
+    (blends / "sample_data").symlink_to(REPO / "blends" / "sample_data")
+    (blends / "scored.yaml").write_text(SAMPLE.read_text().split("holdout:")[0]
+                                        + "scoring: {model: /no/such/model, pools: [tool_use]}\n")
+    repository = build_definitions(blends, str(tmp_path / "data")).get_repository_def()
+    names = ("nll_scores", "embeddings", "selected_pool", "near_duplicate_report")
+    sensor = repository.get_sensor_def("scored__post_training_automation")
+    targeted = sensor.asset_selection.resolve(repository.asset_graph)
+    assert {dg.AssetKey(["scored", name]) for name in names} <= targeted
+    for name in names:
+        assert repository.asset_graph.get(dg.AssetKey(["scored", name])).automation_condition is not None
+        twin = repository.asset_graph.get(dg.AssetKey(["scored", "samples", name]))
+        assert twin.automation_condition is None and twin.key not in targeted

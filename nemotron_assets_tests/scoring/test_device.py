@@ -4,7 +4,10 @@ import pytest
 import torch
 
 from nemotron_assets.errors import InputError
+from nemotron_assets.records import Receipt
 from nemotron_assets.scoring.device import choose_device, usable_cores
+from nemotron_assets.scoring.inputs import judged_device, precision_inputs
+from nemotron_assets.scoring.settings import ScoringSettings
 
 
 def test_cpu_runs_fp32_on_every_usable_core():
@@ -30,3 +33,31 @@ def test_asking_for_cuda_without_it_is_a_clear_error():
 def test_an_unknown_device_is_refused():
     with pytest.raises(InputError, match="device must be auto, cpu or cuda"):
         choose_device("tpu")
+
+
+def test_bf16_on_cpu_is_an_opt_in_and_fp32_stays_the_cpu_default():
+    assert choose_device("cpu", dtype="auto").dtype == "float32"
+    bf16 = choose_device("cpu", dtype="bf16")
+    assert (bf16.device, bf16.dtype, bf16.torch_dtype()) == ("cpu", "bfloat16", torch.bfloat16)
+    with pytest.raises(InputError, match="field 'scoring.dtype': dtype must be auto, fp32 or bf16"):
+        choose_device("cpu", dtype="fp16")
+
+
+def test_only_cpu_fp32_scores_leave_the_precision_out_of_their_inputs():
+    """CPU fp32 is batch-invariant, so its receipts (as before this option existed) record no precision; every other
+    precision is recorded, so a CPU bf16 part is stale under the default and the reverse."""
+    assert precision_inputs("cpu", "float32") == {}
+    assert precision_inputs("cpu", "bfloat16") == {"device": {"device": "cpu", "dtype": "bfloat16"}}
+    assert precision_inputs("cuda", "bfloat16") == {"device": {"device": "cuda", "dtype": "bfloat16"}}
+
+    def settings(**changes) -> ScoringSettings:
+        return ScoringSettings(model="/m", pools=["tool_use"], **changes)
+
+    def built(device: str, dtype: str) -> Receipt:
+        return Receipt("nll_scores", "k", precision_inputs(device, dtype), {}, {})
+
+    assert judged_device(settings(), None) == ("cpu", "float32")
+    assert judged_device(settings(dtype="bf16"), None) == ("cpu", "bfloat16")
+    assert judged_device(settings(), built("cuda", "bfloat16")) == ("cuda", "bfloat16")  # auto: as recorded
+    assert judged_device(settings(), built("cpu", "bfloat16")) == ("cpu", "float32")  # stale under the default
+    assert judged_device(settings(device="cpu", dtype="fp32"), built("cuda", "bfloat16")) == ("cpu", "float32")

@@ -71,6 +71,17 @@ def test_batching_and_padding_change_nothing(tiny_llama, rendered):
     np.testing.assert_allclose(padded.nll_sum, alone.nll_sum, rtol=RTOL)
 
 
+def test_opt_in_bf16_on_cpu_scores_the_same_tokens_close_to_fp32(tiny_llama, scorer, rendered):
+    """bf16 rounds the model's products (an opt-in, not batch-invariant): same tokens scored, sums within 1 %."""
+    samples = [scoring_sample(ids, mask, 4096) for ids, mask in rendered]
+    bf16 = NllScorer.load(locate_model(str(tiny_llama)), choose_device("cpu", dtype="bf16"), batch_tokens=4096)
+    assert bf16.head.weight.dtype == torch.bfloat16
+    fp32, low = scorer.score(samples), bf16.score(samples)
+    np.testing.assert_array_equal(low.tokens_scored, fp32.tokens_scored)
+    np.testing.assert_allclose(low.nll_sum, fp32.nll_sum, rtol=1e-2)
+    assert not np.array_equal(low.nll_sum, fp32.nll_sum)  # it did run in another precision
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_rows_in_any_batching_match_the_direct_computation(scorer, reference_model, data):

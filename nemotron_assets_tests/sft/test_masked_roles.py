@@ -82,6 +82,21 @@ def test_a_tool_result_echoing_its_argument_is_found_in_the_result():
     assert trained_on_masked(sample) == 0
 
 
+def test_trimmed_content_is_found_where_the_template_wrote_it_not_where_a_reply_quotes_it():
+    """By hand (found in bench/bench_sft_e2e.py's real-text conversations): the template trims the user prompt
+    ``"    Addresses scanned: -"``, and the trained reasoning after it quotes the prompt untrimmed. The untrimmed text
+    first occurs inside the reply; the message is the earlier, trimmed place."""
+    prompt = "    Addresses scanned: -"
+    messages = [{"role": "user", "content": prompt},
+                {"role": "assistant", "reasoning_content": f"The user asks about: {prompt}", "content": "Datasheet."}]
+    text = LLAMA3.render_text(messages)
+    (span,) = masked_content_spans(messages, text)
+    assert text[span[0]:span[1]] == prompt.strip()
+    assert span[1] < text.index("The user asks about")
+    (sample,) = samples_for_conversation(messages, None, LLAMA3, chat_tokenizer()).samples
+    assert trained_on_masked(sample) == 0
+
+
 def test_only_tokens_wholly_inside_a_span_count():
     """By hand, tokens t0 [0,3) t1 [3,6) t2 [6,9): the span [2, 7) holds only t1 wholly; [3, 6) is t1; [4, 5) holds
     no whole token; a probe outside the text is None."""

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from nemotron_assets.sources.prefetch import prefetch
+from nemotron_assets.sources.prefetch import InOrderThread, prefetch
 
 
 def test_prefetch_yields_every_item_in_order():
@@ -39,3 +39,30 @@ def test_consumer_stopping_early_stops_the_reader():
     time.sleep(0.3)
     assert len(produced) < 10
     assert not any(t.name == "prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+def test_in_order_thread_calls_in_submission_order_and_close_waits_for_all():
+    done = []
+    writer = InOrderThread(lambda item: (time.sleep(0.001 * (item % 3)), done.append(item)), depth=2)
+    for item in range(200):
+        writer.submit(item)
+    writer.close()
+    assert done == list(range(200))
+    assert not writer._thread.is_alive()
+
+
+def test_in_order_thread_error_reaches_the_submitter_and_stops_the_calls():
+    done = []
+
+    def write(item):
+        if item == 3:
+            raise OSError("disk full")
+        done.append(item)
+
+    writer = InOrderThread(write, depth=1)
+    with pytest.raises(OSError, match="disk full"):
+        for item in range(1000):
+            writer.submit(item)
+    with pytest.raises(OSError, match="disk full"):  # close says so too, after ending the thread
+        writer.close()
+    assert done == [0, 1, 2] and not writer._thread.is_alive()

@@ -48,9 +48,9 @@ from nemotron_assets.sft.split import SPLITS, Holdout
 from nemotron_assets.sft.templates import RENDER_DATE
 from nemotron_assets.storage import Storage
 
-SAMPLES_FORMAT = "sft-samples/1"
+SAMPLES_FORMAT = "sft-samples/2"  # 2: masked-role spans at the earliest place; plain-encoded token columns
 PLAN_FORMAT = "sft-plan/1"
-PACKED_FORMAT = "sft-packed/1"
+PACKED_FORMAT = "sft-packed/2"  # 2: plain-encoded token columns
 MANIFEST_FORMAT = "sft-manifest/1"
 #: o200k_harmony's end-of-sequence token: gpt-oss's tokenizer config names ``<|return|>`` (what Bridge pads with).
 O200K_EOS = "<|return|>"

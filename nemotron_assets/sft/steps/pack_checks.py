@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from nemotron_assets.layout import SftShardKey, sft_packed_prefix
 from nemotron_assets.records import Receipt
 from nemotron_assets.sft.packing import compare_samples, masked_role_problems, planned_digest, unshift_mask
-from nemotron_assets.sft.steps.pack_step import plan_rows, read_samples, settings_of, truncate_of
+from nemotron_assets.sft.steps.pack_step import StoredSample, plan_rows, read_samples, settings_of, truncate_of
 from nemotron_assets.sft.writers import iter_packed_bins, packed_shard_problems, stored_samples
 from nemotron_assets.storage import Storage
 
@@ -50,12 +50,14 @@ def local_files(store: Storage, relatives: list[str]) -> Iterator[list[Path]]:
         yield paths
 
 
-def check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receipt) -> dict[str, list[str]]:
-    """Check name -> problems (empty: passed) of the committed shard ``key``, against the ``plan`` (its receipt)."""
+def check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receipt,
+                       samples: dict[tuple[str, int], StoredSample] | None = None) -> dict[str, list[str]]:
+    """Check name -> problems (empty: passed) of the committed shard ``key``, against the ``plan`` (its receipt).
+    ``samples``: what the build just read from the samples files (`PackedOutcome.samples`), else read here."""
     prefix = sft_packed_prefix(base, key)
     settings, truncate = settings_of(plan), truncate_of(plan)
     rows = plan_rows(store, base, key)
-    samples = read_samples(store, base, rows)
+    samples = read_samples(store, base, rows) if samples is None else samples
     with local_files(store, [f"{prefix}.parquet", f"{prefix}.samples.parquet"]) as (packed, listing):
         capacity = packed_shard_problems(packed, listing, settings.pack_size, limit=SHOWN)
         planned = []

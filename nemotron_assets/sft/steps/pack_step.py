@@ -8,8 +8,8 @@ out (`packing.build_bin`: ids end to end, the loss mask shifted inside each samp
 writes them with `writers.PackedShardWriter`: ``<base>/sft/<split>/shard_NNNNN.parquet`` (Megatron-Bridge's packed
 Parquet, a row per bin) and ``shard_NNNNN.samples.parquet`` ((bin, offset) -> id, sample, dataset, source row,
 copy). A sample the plan placed but the packer would drop means the plan and the samples disagree: an error, never a
-silently different shard. Memory: the shard's samples (ids + masks, ~5 bytes a token: about 320 MiB at the default
-``shard_tokens``) plus one row group being written.
+silently different shard. Memory: the shard's samples (ids + masks + their objects, ~8 bytes a token: about
+280 MB at the default ``shard_tokens``) plus two row groups being written.
 
 Receipt inputs: `inputs.packed_inputs` (the digest of the shard's plan rows, the versions of the samples files they
 read, the packing settings, the chat identity).
@@ -17,7 +17,7 @@ read, the packing settings, the chat identity).
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,7 @@ from nemotron_assets.sft.writers import PackedShardWriter
 from nemotron_assets.storage import Storage
 
 SAMPLE_COLUMNS = ["id", "dataset", "sample", "license", "source_row", "input_ids", "assistant_mask", "masked_spans"]
+SAMPLE_TYPES = {"input_ids": pa.list_(pa.int32()), "assistant_mask": pa.list_(pa.uint8())}
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class StoredSample:
 
     def pack_sample(self, copy: int) -> PackSample:
         return PackSample(self.id, self.dataset, self.source_row, self.input_ids, self.assistant_mask, copy,
-                          self.license, self.sample)
+                          self.license, self.sample, checked=True)  # read_samples validated the columns
 
 
 def settings_of(plan: Receipt) -> PackSettings:
@@ -76,37 +77,63 @@ def plan_rows(store: Storage, base: str, key: SftShardKey) -> pa.Table:
 
 
 def read_samples(store: Storage, base: str, rows: pa.Table) -> dict[tuple[str, int], StoredSample]:
-    """(samples file, row) -> the sample, for every row the plan rows name (one row group in memory at a time)."""
+    """(samples file, row) -> the sample, for every row the plan rows name.
+
+    Only the row groups holding a wanted row are read, one at a time, and each one's token columns are validated
+    whole (ids non-negative, mask 0/1: `_validated`), so packing does not check sample by sample again."""
     wanted: dict[str, set[int]] = {}
     for file, row in zip(rows.column("file").to_pylist(), rows.column("row").to_pylist()):
         wanted.setdefault(file, set()).add(row)
     found: dict[tuple[str, int], StoredSample] = {}
     for file, needed in sorted(wanted.items()):
         path = sft_samples_prefix(base, ShardKey.parse(file)) + ".parquet"
-        start = 0
+        order = np.array(sorted(needed), dtype=np.int64)
         with store.open(path) as stream:
-            for batch in pq.ParquetFile(stream).iter_batches(columns=SAMPLE_COLUMNS):
-                here = sorted(r - start for r in needed if start <= r < start + batch.num_rows)
-                if here:
-                    for offset, values in zip(here, _rows_of(batch.take(pa.array(here)))):
+            parquet = pq.ParquetFile(stream)
+            start = 0
+            for group in range(parquet.num_row_groups):
+                count = parquet.metadata.row_group(group).num_rows
+                here = order[(order >= start) & (order < start + count)] - start
+                if len(here):
+                    table = _validated(parquet.read_row_group(group, columns=SAMPLE_COLUMNS), store.url(path), start)
+                    taken = table.take(pa.array(here)).combine_chunks()
+                    for offset, values in zip(here.tolist(), _rows_of(taken)):
                         found[(file, start + offset)] = values
-                start += batch.num_rows
+                start += count
         missing = [r for r in needed if (file, r) not in found]
         if missing:
             raise RuntimeError(f"{store.url(path)} has no row {min(missing)}, which the plan names")
     return found
 
 
-def _rows_of(batch: pa.RecordBatch) -> Iterator[StoredSample]:
-    def lists(name: str, dtype) -> list[np.ndarray]:
-        column = batch.column(name)
-        offsets = column.offsets.to_numpy()
-        values = column.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-        return [values[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+def _validated(group: pa.Table, url: str, first_row: int) -> pa.Table:
+    """The row group, after checking its token columns whole; a bad value is an error naming the file and row (the
+    samples file was not written by this code, or was damaged in a way its checksum did not catch)."""
+    group = group.combine_chunks()
+    for name, bad in (("input_ids", lambda values: values < 0), ("assistant_mask", lambda values: values > 1)):
+        column = group.column(name).chunk(0) if group.column(name).num_chunks else None
+        if column is None or column.type != SAMPLE_TYPES[name]:
+            raise RuntimeError(f"{url}: column {name} is {group.schema.field(name).type}, not {SAMPLE_TYPES[name]}")
+        offsets, values = column.offsets.to_numpy(), column.values.to_numpy(zero_copy_only=False)
+        flagged = np.flatnonzero(bad(values[offsets[0]:offsets[-1]]))
+        if len(flagged):
+            row = int(np.searchsorted(offsets, offsets[0] + flagged[0], side="right")) - 1
+            raise RuntimeError(f"{url} row {first_row + row}: {name} holds {values[offsets[0] + flagged[0]]}, "
+                               "outside its range")
+    return group
 
-    scalars = zip(*(batch.column(name).to_pylist() for name in SAMPLE_COLUMNS[:5]))
+
+def _rows_of(table: pa.Table) -> Iterator[StoredSample]:
+    """The samples of a one-chunk table; the arrays are views into its buffers."""
+    def lists(name: str) -> list[np.ndarray]:
+        column = table.column(name).chunk(0)
+        offsets = column.offsets.to_numpy()
+        values = column.values.to_numpy(zero_copy_only=False)
+        return [values[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+    scalars = zip(*(table.column(name).to_pylist() for name in SAMPLE_COLUMNS[:5]))
     for (sample_id, dataset, sample, license_, source_row), ids, mask, masked in zip(
-            scalars, lists("input_ids", np.int32), lists("assistant_mask", np.uint8), lists("masked_spans", np.int32)):
+            scalars, lists("input_ids"), lists("assistant_mask"), lists("masked_spans")):
         yield StoredSample(sample_id, dataset, sample, license_, source_row, ids, mask, masked)
 
 
@@ -176,6 +203,9 @@ class PackedOutcome:
     receipt: Receipt
     seconds: float = 0.0
     rebuilt_because: str = ""
+    #: The samples a build read (None when up to date): the shard's checks, run next in the same step, take them
+    #: instead of reading the samples files again (pack_checks.check_packed_shard).
+    samples: dict[tuple[str, int], StoredSample] | None = field(default=None, repr=False, compare=False)
 
 
 def materialize_packed(store: Storage, blend: Blend, base: str, key: SftShardKey, force: bool = False,
@@ -206,5 +236,5 @@ def materialize_packed(store: Storage, blend: Blend, base: str, key: SftShardKey
         store.commit(packed_path, f"{prefix}.parquet")
         store.commit(samples_path, f"{prefix}.samples.parquet")
         receipt = write_receipt(store, prefix, receipt)
-    return PackedOutcome(key, "built", receipt, time.monotonic() - started, because)
+    return PackedOutcome(key, "built", receipt, time.monotonic() - started, because, samples)
 

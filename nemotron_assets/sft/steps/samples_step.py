@@ -8,8 +8,10 @@ Harmony text can still be rendered by another template). Rows filtered out are c
 Duplicates are left to the plan, which reads the dedup result: rendering does not depend on it.
 
 Each kept row is rendered, tokenized and masked by `samples.samples_for_conversations` (one sample for a
-conversation without reasoning, one per user turn with reasoning; drops counted by reason with first examples),
-in this process or, for a large shard, on every core (`pool.samples_in_processes`). Harmony renders each row with
+conversation without reasoning, one per user turn with reasoning; drops counted by reason with first examples).
+For a large shard, a batch's whole work (filter, JSON decode, render, the batch's table) runs in worker processes
+(`render_batch` through `pool.in_order`): this process only reads batches and writes the tables the workers send
+back, in order, so it neither loads the tokenizer nor competes with them for a core. Harmony renders each row with
 its own reasoning effort (``meta_reasoning_effort``: the system message's ``Reasoning:`` line), as the row was
 normalized.
 
@@ -25,9 +27,10 @@ the template's end-of-turn ids (what a truncated sample ends with).
 
 import os
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +42,11 @@ from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError
 from nemotron_assets.layout import ShardKey, harmony_shard_path, sft_samples_prefix
 from nemotron_assets.records import Receipt, freshness, rebuild_reason, receipt_path, require_manifest, write_receipt
-from nemotron_assets.sft.chat_format import ChatFormat, ChatFormatSpec, load_chat_format
+from nemotron_assets.sft.chat_format import ChatFormat, ChatFormatSpec
 from nemotron_assets.sft.harmony import HARMONY
 from nemotron_assets.sft.o200k import HARMONY_SPECIAL_TOKENS
-from nemotron_assets.sft.pool import FormattedBatch, samples_in_processes
-from nemotron_assets.sft.samples import ConversationSamples, check_conversation
+from nemotron_assets.sft.pool import format_of, in_order
+from nemotron_assets.sft.samples import ConversationSamples, check_conversation, samples_for_conversations
 from nemotron_assets.sft.split import split_key
 from nemotron_assets.sft.steps.inputs import O200K_EOS, chat_format_spec, chat_identity, samples_inputs
 from nemotron_assets.sft.steps.stats import MAX_EXAMPLES, add_histograms, log2_histogram
@@ -59,6 +62,9 @@ SCHEMA = pa.schema([
     ("input_ids", pa.list_(pa.int32())), ("assistant_mask", pa.list_(pa.uint8())),
     ("masked_spans", pa.list_(pa.int32())),
 ])
+#: Dictionary-encode the repeated strings only: token arrays are near-unique values, and trying a dictionary on them
+#: costs write time for nothing.
+DICTIONARY_COLUMNS = ["id", "dataset", "split_key", "used_in", "license"]
 #: The columns the plan reads (everything but the token arrays).
 METADATA_COLUMNS = [name for name in SCHEMA.names if name not in ("input_ids", "assistant_mask", "masked_spans")]
 BATCH_ROWS = 512  # conversations rendered (and written as one row group) at a time
@@ -83,6 +89,22 @@ class SamplesStats:
     tokenizer_backend: str = ""
     bytes: int = 0
     sha256: str = ""
+
+    def add(self, other: "SamplesStats") -> None:
+        """Count a batch's stats into these (the first batch's tokenizer facts are kept: all batches share them)."""
+        self.rows += other.rows
+        self.conversations += other.conversations
+        self.filtered.update(other.filtered)
+        self.samples += other.samples
+        self.tokens += other.tokens
+        self.trained_tokens += other.trained_tokens
+        self.dropped.update(other.dropped)
+        self.dropped_examples += other.dropped_examples[: max(0, MAX_EXAMPLES - len(self.dropped_examples))]
+        self.histogram = add_histograms(self.histogram, other.histogram)
+        self.max_length = max(self.max_length, other.max_length)
+        if not self.tokenizer_backend:
+            self.eos_id, self.end_of_turn_ids = other.eos_id, other.end_of_turn_ids
+            self.tokenizer_backend = other.tokenizer_backend
 
     def as_dict(self) -> dict:
         return {"rows": self.rows, "conversations": self.conversations, "filtered": dict(sorted(self.filtered.items())),
@@ -114,47 +136,51 @@ class KeptRow:
     tools: list | None
 
 
-def _kept_rows(source, url: str, harmony: bool, stats: SamplesStats) -> Iterator[KeptRow]:
-    """The shard's rows that pass the filter, with their decoded conversation; a conversation that is not canonical
+def _kept_rows(batch: pa.RecordBatch, first_row: int, url: str, harmony: bool,
+               stats: SamplesStats) -> Iterator[KeptRow]:
+    """The batch's rows that pass the filter, with their decoded conversation; a conversation that is not canonical
     is an `InputError` naming the shard, row and field."""
-    parquet = pq.ParquetFile(source)
-    row = 0
-    for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=READ_COLUMNS):
-        for record in batch.to_pylist():
-            index, row = row, row + 1
-            stats.rows += 1
-            reason = filtered_reason(record, harmony)
-            if reason is not None:
-                stats.filtered[reason] += 1
-                continue
-            try:
-                messages = orjson.loads(record["messages"])
-                tools = orjson.loads(record["tools"]) if record["tools"] else None
-                check_conversation(messages, tools or None)
-            except orjson.JSONDecodeError as error:
-                raise InputError(f"not valid JSON: {error}", path=url, row=index, field="messages") from None
-            except InputError as error:
-                raise InputError(error.reason, dataset=record["dataset"], path=url, row=index,
-                                 field=error.field) from None
-            yield KeptRow(index, record, messages, tools or None)
+    for index, record in enumerate(batch.to_pylist(), start=first_row):
+        stats.rows += 1
+        reason = filtered_reason(record, harmony)
+        if reason is not None:
+            stats.filtered[reason] += 1
+            continue
+        try:
+            messages = orjson.loads(record["messages"])
+            tools = orjson.loads(record["tools"]) if record["tools"] else None
+            check_conversation(messages, tools or None)
+        except orjson.JSONDecodeError as error:
+            raise InputError(f"not valid JSON: {error}", path=url, row=index, field="messages") from None
+        except InputError as error:
+            raise InputError(error.reason, dataset=record["dataset"], path=url, row=index,
+                             field=error.field) from None
+        yield KeptRow(index, record, messages, tools or None)
 
 
-def _batches(rows: Iterator[KeptRow], spec: ChatFormatSpec, pending: deque) -> Iterator[FormattedBatch]:
-    """Batches of at most `BATCH_ROWS` conversations; Harmony's batches hold one reasoning effort each. Each batch's
-    rows go into `pending`, where the caller finds them again when its samples come back."""
-    batch: list[KeptRow] = []
-    effort = None
-    for kept in rows:
-        row_effort = (kept.record["meta_reasoning_effort"] or DEFAULT_EFFORT) if spec.chat_template == HARMONY else None
-        if batch and (len(batch) == BATCH_ROWS or row_effort != effort):
-            pending.append(batch)
-            yield FormattedBatch(replace(spec, reasoning_effort=effort), [(k.messages, k.tools) for k in batch])
-            batch = []
-        batch.append(kept)
-        effort = row_effort
-    if batch:
-        pending.append(batch)
-        yield FormattedBatch(replace(spec, reasoning_effort=effort), [(k.messages, k.tools) for k in batch])
+def _with_tokenizer_facts(spec: ChatFormatSpec) -> SamplesStats:
+    """Empty stats holding what the later steps need from the tokenizer (the receipt records them)."""
+    chat_format = format_of(spec)
+    return SamplesStats(eos_id=eos_id(chat_format), end_of_turn_ids=list(chat_format.end_of_turn_ids()),
+                        tokenizer_backend=chat_format.tokenizer.backend)  # type: ignore[attr-defined]
+
+
+def render_batch(batch: pa.RecordBatch, first_row: int, spec: ChatFormatSpec, url: str) -> tuple[pa.Table,
+                                                                                                  SamplesStats]:
+    """One batch of Harmony rows (``first_row``: the shard row of its first) -> its samples table and stats: filter,
+    decode, render, tokenize, mask. Runs in a worker process (`pool.in_order`), so the process that reads and writes
+    the files does nothing else. Harmony renders consecutive rows of one reasoning effort together."""
+    stats = _with_tokenizer_facts(spec)
+    harmony = spec.chat_template == HARMONY
+    kept = list(_kept_rows(batch, first_row, url, harmony, stats))
+    results: list[ConversationSamples] = []
+    for effort, group in groupby(kept, key=lambda k: (k.record["meta_reasoning_effort"] or DEFAULT_EFFORT)
+                                 if harmony else None):
+        rendering = format_of(replace(spec, reasoning_effort=effort))
+        results += samples_for_conversations([(k.messages, k.tools) for k in group], rendering.template,
+                                             rendering.tokenizer)
+    stats.conversations = len(kept)
+    return _table(kept, results, url, stats), stats
 
 
 def _list_column(parts: list[np.ndarray], value_type: pa.DataType) -> pa.Array:
@@ -205,20 +231,26 @@ def eos_id(chat_format: ChatFormat) -> int | None:
 
 def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, workers: int = 1) -> SamplesStats:
     """Render every kept row of one Harmony shard (``source``: a path or a binary file) into the samples file
-    ``out`` (local); ``url`` names the shard in errors and examples."""
-    chat_format = load_chat_format(spec)
-    stats = SamplesStats(eos_id=eos_id(chat_format), end_of_turn_ids=list(chat_format.end_of_turn_ids()))
-    pending: deque[list[KeptRow]] = deque()
-    batches = _batches(_kept_rows(source, url, spec.chat_template == HARMONY, stats), spec, pending)
-    with pq.ParquetWriter(out, SCHEMA, compression="zstd") as writer:
-        for results in samples_in_processes(batches, spec, workers=workers):
-            rows = pending.popleft()
-            stats.conversations += len(rows)
-            writer.write_table(_table(rows, results, url, stats))
-    stats.tokenizer_backend = chat_format.tokenizer.backend  # type: ignore[attr-defined]
+    ``out`` (local); ``url`` names the shard in errors and examples. This process reads batches and writes their
+    tables; `render_batch` does the rest, in `workers` processes."""
+    stats = SamplesStats()
+    with pq.ParquetWriter(out, SCHEMA, compression="zstd", use_dictionary=DICTIONARY_COLUMNS) as writer:
+        for table, batch_stats in in_order(render_batch, _tasks(source, spec, url), spec, workers):
+            stats.add(batch_stats)
+            writer.write_table(table)
+    if not stats.tokenizer_backend:  # an empty shard: no batch told us the tokenizer's facts
+        stats.add(_with_tokenizer_facts(spec))
     stats.bytes = out.stat().st_size
     stats.sha256 = _sha256(out)
     return stats
+
+
+def _tasks(source, spec: ChatFormatSpec, url: str) -> Iterator[tuple[pa.RecordBatch, int, ChatFormatSpec, str]]:
+    """`render_batch`'s arguments for each batch of the shard."""
+    first_row = 0
+    for batch in pq.ParquetFile(source).iter_batches(batch_size=BATCH_ROWS, columns=READ_COLUMNS):
+        yield batch, first_row, spec, url
+        first_row += batch.num_rows
 
 
 def _sha256(path: Path) -> str:
