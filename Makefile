@@ -14,9 +14,12 @@ $(BIN)/python:
 # torch) is passed on, or uv would fetch the newest torch with several GB of CUDA packages.
 FIND_LINKS := $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/\1/p" | head -1)
 
+# --compile-bytecode: every command and test process imports dagster, torch's stack and ours; uv skips writing .pyc
+# files (pip writes them), so without it each new process compiles them again (~2 s a CLI start, bench/README.md).
 setup: $(BIN)/python
-	$(BIN)/uv pip install --quiet --python $(BIN)/python $(if $(FIND_LINKS),--find-links $(FIND_LINKS)) \
-		-e '.[test,cluster,lineage,scoring]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+		$(if $(FIND_LINKS),--find-links $(FIND_LINKS)) -e '.[test,cluster,lineage,scoring]'
+	$(BIN)/python -m compileall -q nemotron_assets nemotron_assets_tests
 
 # Quick start 1: set up, then materialize the bundled sample blends (pretraining text, post-training rows, JSONL for
 # RL and SFT) into ./data, with the sqlite instance in dagster_home/.
