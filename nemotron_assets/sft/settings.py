@@ -14,7 +14,7 @@ sft:
   used_in: null                      # keep rows whose used_in lists this (or any of these)
   formats: [parquet]                 # [parquet] | [parquet, npy]
   seed: 42                           # first_fit_shuffle's order and fractional repeat weights
-  shard_tokens: 33554432             # packed positions per output shard, about (128 MiB of int32 ids)
+  shard_tokens: 16777216             # packed positions per output shard, about (64 MiB of int32 ids)
 ```
 
 What each key does is in ``sft/__init__.py`` and docs/architecture.md §4.4. Which settings change which files is
@@ -31,11 +31,12 @@ from nemotron_assets.sft.split import Holdout
 
 BUILTIN_TEMPLATES = ("harmony", "chatml")
 FORMATS = ("parquet", "npy")
-#: A packed shard holds ``max(1, shard_tokens // pack_size)`` bins: 32 Mi positions, 128 MiB of int32 ids. Packing
+#: A packed shard holds ``max(1, shard_tokens // pack_size)`` bins: 16 Mi positions, 64 MiB of int32 ids. Packing
 #: one holds its samples in memory, ~8 bytes a token measured with everything around them (bench_sft_e2e.py: the
-#: packing step's process grew 8.3 MB per million tokens), so ~280 MB on top of the process: with the CLI's own
-#: ~400 MB, inside the 1 GiB a step may use. 64 Mi positions would have crossed it.
-DEFAULT_SHARD_TOKENS = 32 << 20
+#: packing step's process grew 8.3 MB per million tokens), so ~140 MB on top of the process. Measured peaks of the
+#: largest process: 710 MB for a 19 M-token shard in the CLI process, 981 MB for a 32 M-token shard in a worker
+#: process (bench/README.md): 32 Mi positions came within 5 % of the 1 GiB a step may use.
+DEFAULT_SHARD_TOKENS = 16 << 20
 
 
 class HoldoutSettings(BaseModel):

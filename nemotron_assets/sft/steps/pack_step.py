@@ -9,7 +9,7 @@ writes them with `writers.PackedShardWriter`: ``<base>/sft/<split>/shard_NNNNN.p
 Parquet, a row per bin) and ``shard_NNNNN.samples.parquet`` ((bin, offset) -> id, sample, dataset, source row,
 copy). A sample the plan placed but the packer would drop means the plan and the samples disagree: an error, never a
 silently different shard. Memory: the shard's samples (ids + masks + their objects, ~8 bytes a token: about
-280 MB at the default ``shard_tokens``) plus two row groups being written.
+140 MB at the default ``shard_tokens``) plus two row groups being written.
 
 Receipt inputs: `inputs.packed_inputs` (the digest of the shard's plan rows, the versions of the samples files they
 read, the packing settings, the chat identity).

@@ -22,7 +22,7 @@ decides for each sample:
 Then, per split: the samples in order (every row's first copy, then every second copy, ...: copies spread over
 the split instead of sharing a bin), cut into windows of ``pack_window`` samples, each packed by
 `packing.plan_bins` (deterministic for ``sft.seed``); bins are numbered across windows and cut into shards of
-``sft.bins_per_shard`` bins (``shard_tokens // pack_size``: about 128 MiB of int32 ids by default).
+``sft.bins_per_shard`` bins (``shard_tokens // pack_size``: about 64 MiB of int32 ids by default).
 
 Output ``<base>/sft/plan.parquet`` (`SCHEMA`), one row per packed sample in split, shard, bin, position order, a row
 group per shard; its receipt's stats list each shard's bins, samples, tokens, the samples files it reads and the
