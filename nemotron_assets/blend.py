@@ -209,10 +209,7 @@ class Blend(BaseModel):
         if self.scoring is not None and not has_family:
             raise ValueError("scoring: scores candidate pools: the blend needs a dataset with a family")
         if self.sft is not None and isinstance(self.sft.from_, list):
-            selected = {f"{pool}_{which}" for pool in (self.scoring.pools if self.scoring else [])
-                        for which in ("easy", "hard")}
-            if self.scoring is not None and self.scoring.diverse_k:
-                selected |= {f"{pool}_diverse" for pool in self.scoring.pools}
+            selected = set(self.scoring.selections()) if self.scoring else set()
             unknown = [p for p in self.sft.from_ if p not in POOL_NAMES and p not in selected]
             if unknown:
                 raise ValueError(f"sft.from: unknown pool(s) {', '.join(unknown)} (pools: {', '.join(POOL_NAMES)}; "

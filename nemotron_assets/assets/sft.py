@@ -190,16 +190,9 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
 def reads_selections(blend: Blend) -> bool:
     """Whether ``sft.from`` names a scoring selection (``<pool>_easy``, ...), which makes ``selected_pool`` an
     upstream of the plan."""
-    from nemotron_assets.scoring.settings import split_selection
-
-    names = [] if blend.sft is None or blend.sft.from_ == "all" else blend.sft.from_
-    for name in names:
-        try:
-            split_selection(name)
-        except ValueError:
-            continue
-        return True
-    return False
+    if blend.sft is None or blend.scoring is None or blend.sft.from_ == "all":
+        return False
+    return not set(blend.sft.from_).isdisjoint(blend.scoring.selections())
 
 
 # --- the steps ------------------------------------------------------------------------------------------------

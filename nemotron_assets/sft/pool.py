@@ -114,10 +114,10 @@ def _samples(batch: Batch) -> FlatBatch:
 def in_order(function: Callable[..., Result], tasks: Iterable[tuple], spec: ChatFormatSpec, workers: int = 2,
              ahead: int = 2) -> Iterator[Result]:
     """``function(*task)`` of each task, in order, computed by `workers` processes that loaded `spec`'s chat format
-    first (``workers=1``: here, in this process). At most ``workers * ahead`` tasks are in flight, so memory stays
-    bounded whatever the input size; an error raised by a task is raised here."""
+    first (``workers=1``: here, in this process, where `function` loads it on first use). At most
+    ``workers * ahead`` tasks are in flight, so memory stays bounded whatever the input size; an error raised by a
+    task is raised here."""
     if workers <= 1:
-        _load(spec)
         for task in tasks:
             yield function(*task)
         return
