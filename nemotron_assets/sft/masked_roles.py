@@ -37,8 +37,8 @@ def masked_content_spans(messages: Sequence[Mapping[str, Any]], text: str,
     cursor = 0
     for message in messages:
         if message.get("role") == "assistant":
-            for piece in [*_assistant_pieces(message), *([end_of_turn] if end_of_turn else [])]:
-                found = _find(text, piece, cursor)
+            for piece, as_json in [*_assistant_pieces(message), *([(end_of_turn, False)] if end_of_turn else [])]:
+                found = _find(text, piece, cursor, as_json)
                 if found is not None:
                     cursor = found[1]
             continue
@@ -55,12 +55,18 @@ def masked_content_spans(messages: Sequence[Mapping[str, Any]], text: str,
     return tuple(spans)
 
 
-def _find(text: str, piece: str, start: int) -> Span | None:
-    """The first place at or after `start` where `piece` is written whole or trimmed (templates often trim content);
-    at the same place, the whole piece. The earliest place wins: a template that trims ``"  x"`` writes ``x`` where
-    the message is, and ``"  x"`` may still occur later, quoted in a trained reply."""
+def _find(text: str, piece: str, start: int, as_json: bool = False) -> Span | None:
+    """The first place at or after `start` where `piece` is written whole or trimmed (templates often trim content)
+    or, with `as_json`, as a JSON string's inside (templates write tool-call arguments with ``tojson``, which escapes
+    control characters: ``"\x1f"`` is written ``\u001f``); at the same place, the whole piece. The earliest place
+    wins: a template that trims ``"  x"`` writes ``x`` where the message is, and ``"  x"`` may still occur later,
+    quoted in a trained reply (or, for an escaped argument, written raw in a later message)."""
     best: Span | None = None
-    for candidate in (piece, piece.strip()):
+    candidates = [piece, piece.strip()]
+    escaped = json.dumps(piece, ensure_ascii=False)[1:-1] if as_json else piece
+    if escaped != piece:
+        candidates.append(escaped)
+    for candidate in candidates:
         if candidate:
             at = text.find(candidate, start)
             if at >= 0 and (best is None or at < best[0]):
@@ -68,17 +74,18 @@ def _find(text: str, piece: str, start: int) -> Span | None:
     return best
 
 
-def _assistant_pieces(message: Mapping[str, Any]) -> Iterator[str]:
-    """What an assistant message writes, in the order templates write it: reasoning, content, then per tool call its
-    name and its arguments' keys and values."""
+def _assistant_pieces(message: Mapping[str, Any]) -> Iterator[tuple[str, bool]]:
+    """What an assistant message writes, in the order templates write it, each with whether a template may write it
+    as JSON: reasoning, content, then per tool call its name and its arguments' keys and values (JSON)."""
     for key in ("reasoning_content", "content"):
         if isinstance(message.get(key), str) and message[key].strip():
-            yield message[key]
+            yield message[key], False
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         if isinstance(function.get("name"), str):
-            yield function["name"]
-        yield from _value_pieces(function.get("arguments"))
+            yield function["name"], False
+        for piece in _value_pieces(function.get("arguments")):
+            yield piece, True
 
 
 def _value_pieces(value: Any) -> Iterator[str]:

@@ -7,11 +7,22 @@ conversations (`samples_in_processes`), or any picklable function of a task (`in
 sends whole Harmony batches, samples_step.py). A batch's
 samples travel back as two flat arrays (all ids, all masks) plus their lengths — pickling two arrays per sample
 cost a quarter of the compute — and the caller gets `ConversationSamples` whose arrays are views into them. At most
-``workers * ahead`` batches are in flight, so memory stays bounded whatever the input size. Workers are started with
-``spawn``: forking a process whose tokenizer thread pools already run can deadlock them.
+``workers * ahead`` batches are in flight, so memory stays bounded whatever the input size.
+
+Starting workers: forking a process whose tokenizer thread pools already run can deadlock them, so workers are
+started with ``spawn`` (a fresh interpreter that imports the code and loads the tokenizer: about 2 s for Llama-3,
+in every worker at once), except when fastokens has never been imported in this process: then no fastokens
+thread pool can exist here, and this process parses the tokenizer files once (`tokenizers.preload_files`, which
+encodes nothing), forks the workers, which find the code imported and the files parsed, and drops its copy
+(`_fork_after_preload`). Hugging Face ``tokenizers`` needs no such care: its own fork handler turns parallelism
+off in a child forked after it was used. Each worker still checks fastokens against the reference itself.
 """
 
+import ctypes
+import gc
 import multiprocessing
+import os
+import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -21,6 +32,7 @@ from typing import TypeVar
 import numpy as np
 
 from nemotron_assets.sft.chat_format import ChatFormat, ChatFormatSpec, load_chat_format
+from nemotron_assets.sft.o200k import O200K_HARMONY
 from nemotron_assets.sft.samples import ConversationSamples, Messages, Sample, Tools, samples_for_conversations
 
 Conversation = tuple[Messages, Tools]
@@ -121,8 +133,16 @@ def in_order(function: Callable[..., Result], tasks: Iterable[tuple], spec: Chat
         for task in tasks:
             yield function(*task)
         return
-    context = multiprocessing.get_context("spawn")
+    forked = _fork_after_preload(spec)
+    context = multiprocessing.get_context("fork" if forked else "spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(spec,)) as pool:
+        if forked:
+            gc.freeze()  # the workers' collections skip what they inherit (nor copy its pages to mark it)
+            try:
+                pool.submit(_started)  # with fork, the first task forks every worker, here and now
+            finally:
+                gc.unfreeze()
+            _forget_preloaded()
         pending: deque[Future] = deque()
         for task in tasks:
             pending.append(pool.submit(function, *task))
@@ -130,6 +150,39 @@ def in_order(function: Callable[..., Result], tasks: Iterable[tuple], spec: Chat
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def _fork_after_preload(spec: ChatFormatSpec) -> bool:
+    """Whether the workers can be forked from this process (module docstring); if so, the tokenizer files are
+    parsed here first. Only on Linux, for tokenizer.json tokenizers, and while fastokens has never been imported in
+    this process (after this call it has: a process forks its render workers at most once)."""
+    if sys.platform != "linux" or "fastokens" in sys.modules or spec.tokenizer_model == O200K_HARMONY:
+        return False
+    from nemotron_assets.sft.tokenizers import preload_files
+    from nemotron_assets.tokenize.loading import locate_tokenizer
+
+    try:
+        preload_files(locate_tokenizer(spec.tokenizer_model, spec.tokenizer_revision).tokenizer_json)
+    except Exception:  # noqa: BLE001 - a missing or malformed tokenizer: spawned workers say what is wrong
+        _forget_preloaded()
+        return False
+    return True
+
+
+def _started() -> int:
+    return os.getpid()
+
+
+def _forget_preloaded() -> None:
+    """Drop this process's parsed tokenizer (the forked workers have their own) and give its memory back to the
+    system: a process running later steps would otherwise carry it in its peak RSS."""
+    from nemotron_assets.sft.tokenizers import forget_preloaded
+
+    forget_preloaded()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the memory is reused by this process, not returned
+        pass
 
 
 def samples_in_processes(batches: Iterable[Batch], spec: ChatFormatSpec, workers: int = 2,

@@ -214,15 +214,17 @@ def _encodable(text: str) -> bool:
 
 
 def samples_for_conversations(conversations: Iterable[tuple[Messages, Tools]], template: ChatTemplate,
-                              tokenizer: ChatTokenizer) -> list[ConversationSamples]:
+                              tokenizer: ChatTokenizer, checked: bool = False) -> list[ConversationSamples]:
     """Samples of each (messages, tools) conversation, in order. Raises `InputError` for a conversation that is not
-    canonical (the caller adds the file and line) and `TemplateNotPrefixStable` for an unusable template."""
+    canonical (the caller adds the file and line; ``checked``: the caller has run `check_conversation` on each one
+    already) and `TemplateNotPrefixStable` for an unusable template."""
     results: list[ConversationSamples] = []
     pending: list[tuple[ConversationSamples, PlannedSample, RenderedSample, Messages]] = []
     for messages, tools in conversations:
         result = ConversationSamples()
         results.append(result)
-        check_conversation(messages, tools)
+        if not checked:
+            check_conversation(messages, tools)
         literal = find_literal(messages, tools, tokenizer)
         if literal is not None:
             result.drop(SPECIAL_TOKEN_LITERAL, f"the text holds {literal!r}, a special token of {tokenizer.name}")

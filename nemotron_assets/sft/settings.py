@@ -14,7 +14,7 @@ sft:
   used_in: null                      # keep rows whose used_in lists this (or any of these)
   formats: [parquet]                 # [parquet] | [parquet, npy]
   seed: 42                           # first_fit_shuffle's order and fractional repeat weights
-  shard_tokens: 16777216             # packed positions per output shard, about (64 MiB of int32 ids)
+  shard_tokens: 16777216             # packed positions per output shard, at most (64 MiB of int32 ids)
 ```
 
 What each key does is in ``sft/__init__.py`` and docs/architecture.md §4.4. Which settings change which files is
@@ -31,11 +31,14 @@ from nemotron_assets.sft.split import Holdout
 
 BUILTIN_TEMPLATES = ("harmony", "chatml")
 FORMATS = ("parquet", "npy")
-#: A packed shard holds ``max(1, shard_tokens // pack_size)`` bins: 16 Mi positions, 64 MiB of int32 ids. Packing
+#: A packed shard holds at most ``max(1, shard_tokens // pack_size)`` bins: 16 Mi positions, 64 MiB of int32 ids (a
+#: split's shards are cut to even sizes under it: plan_step.shard_bounds). Packing
 #: one holds its samples in memory, ~8 bytes a token measured with everything around them (bench_sft_e2e.py: the
 #: packing step's process grew 8.3 MB per million tokens), so ~140 MB on top of the process. Measured peaks of the
 #: largest process: 710 MB for a 19 M-token shard in the CLI process, 981 MB for a 32 M-token shard in a worker
-#: process (bench/README.md): 32 Mi positions came within 5 % of the 1 GiB a step may use.
+#: process (bench/README.md): 32 Mi positions came within 5 % of the 1 GiB a step may use. The shard's checks
+#: hold the planned shard beside its samples, ~6 bytes a position more (pack_checks._all_pass): 870 MB measured
+#: for 12 M-token shards, two of them in one process one after the other.
 DEFAULT_SHARD_TOKENS = 16 << 20
 
 
@@ -71,8 +74,8 @@ class SftSettings(BaseModel):
     used_in: str | list[str] | None = Field(None, description="Keep rows whose used_in lists one of these.")
     formats: list[Literal["parquet", "npy"]] = Field(["parquet"], description="[parquet] or [parquet, npy].")
     seed: int = Field(42, description="Seed of first_fit_shuffle's order and of fractional repeat weights.")
-    shard_tokens: int = Field(DEFAULT_SHARD_TOKENS, ge=1, description="Packed positions per output shard, about: "
-                              "a shard holds max(1, shard_tokens // pack_size) bins.")
+    shard_tokens: int = Field(DEFAULT_SHARD_TOKENS, ge=1, description="Packed positions per output shard, at most: "
+                              "a shard holds at most max(1, shard_tokens // pack_size) bins.")
 
     @field_validator("chat_template")
     @classmethod
@@ -104,7 +107,7 @@ class SftSettings(BaseModel):
 
     @property
     def bins_per_shard(self) -> int:
-        """Bins of one packed output shard (the last shard of a split takes the rest)."""
+        """Bins of one packed output shard at most (a split's shards are cut to even sizes under it)."""
         return max(1, self.shard_tokens // self.pack_size)
 
     @property

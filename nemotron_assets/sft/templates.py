@@ -191,8 +191,29 @@ class _GenerationTracker(jinja2.ext.Extension):
             self.pieces = None
 
 
+#: Every attribute a ``dict`` instance has (it has no instance attributes of its own).
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
+class _ChatSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+    """The immutable sandbox, with ``message.role`` on a plain dict answered without the failed attribute lookup.
+
+    For a ``dict`` and a name that is none of its attributes, the sandbox's ``getattr`` first tries the attribute,
+    which raises ``AttributeError`` (the costliest part of a chat template's render, most of whose lookups are
+    message fields), then returns the item or undefined. We go straight to that second part: the same value for
+    the same cases, and every other lookup (dict methods, other types) still goes through the sandbox's checks."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
+
 def _environment(now: datetime) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
-    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
+    environment = _ChatSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTracker, jinja2.ext.loopcontrols]
     )
     environment.filters["tojson"] = _tojson
@@ -227,6 +248,10 @@ class JinjaChatTemplate:
         except jinja2.TemplateSyntaxError as error:
             raise InputError(f"chat template syntax error: {error.message}", path=name, line=error.lineno,
                              field=TEMPLATE_FIELD) from None
+        # Jinja keeps a template's globals as a ChainMap over the environment's, and copies them into a new dict at
+        # every render, key by key in Python: the same names and values as one plain dict (this environment's
+        # globals never change after `_environment`), copied in C.
+        self._compiled.globals = dict(self._compiled.globals)
         self._tracker: _GenerationTracker = environment.extensions[_GenerationTracker.identifier]  # type: ignore
 
     def render_text(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,

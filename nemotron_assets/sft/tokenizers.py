@@ -24,8 +24,10 @@ its UTF-8 length goes through the reference (`texts_through_reference` counts th
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -291,6 +293,42 @@ def byte_level_lengths(tokenizer: Tokenizer) -> np.ndarray | None:
     return None if (lengths <= 0).any() else lengths  # every token stands for at least one byte
 
 
+#: tokenizer.json path -> the parsed reference and fastokens tokenizers (None: fastokens could not load it) and the
+#: reference's `byte_level_lengths`, made
+#: by `preload_files` in a process about to fork its render workers (pool.py): each worker then builds its
+#: `HFChatTokenizer` from these instead of parsing the file again (over a second for Llama-3). Only parsing is
+#: done ahead: nothing is encoded, so no tokenizer thread pool runs when the workers are forked.
+_PRELOADED: dict[str, tuple[Tokenizer, Any, np.ndarray | None]] = {}
+
+
+def preload_files(tokenizer_json: Path) -> None:
+    """Parse a tokenizer.json for `HFChatTokenizer`s made later in this process or its forked children. The two
+    parsers run side by side (a thread, joined before returning: they release the GIL for part of their work)."""
+    parsed: dict[str, Any] = {}
+
+    def parse_fast() -> None:
+        try:
+            import fastokens
+
+            parsed["fast"] = fastokens.Tokenizer.from_file(str(tokenizer_json))
+        except (ImportError, ValueError, RuntimeError, OSError):
+            parsed["fast"] = None  # HFChatTokenizer tries again and says why
+
+    thread = threading.Thread(target=parse_fast, name="fastokens-parse")
+    thread.start()
+    try:
+        reference = Tokenizer.from_file(str(tokenizer_json))
+        byte_lengths = byte_level_lengths(reference)  # while fastokens parses
+    finally:
+        thread.join()
+    _PRELOADED[str(tokenizer_json)] = (reference, parsed.get("fast"), byte_lengths)
+
+
+def forget_preloaded() -> None:
+    """Drop what `preload_files` parsed (once the workers that use it are forked)."""
+    _PRELOADED.clear()
+
+
 class HFChatTokenizer(CheckedTokenizer):
     """A ``tokenizer.json`` tokenizer (Llama-3, Qwen, ...), exact to Hugging Face ``tokenizers``."""
 
@@ -301,8 +339,9 @@ class HFChatTokenizer(CheckedTokenizer):
         super().__init__()
         self.files = files
         self.name = files.spec
+        preloaded = _PRELOADED.get(str(files.tokenizer_json))
         try:
-            self.reference = Tokenizer.from_file(str(files.tokenizer_json))
+            self.reference = preloaded[0] if preloaded else Tokenizer.from_file(str(files.tokenizer_json))
         except Exception as error:  # tokenizers raises a bare Exception on a malformed tokenizer.json
             raise InputError(f"not a valid tokenizer.json: {error}", path=str(files.tokenizer_json),
                              field=TOKENIZER_FIELD) from None
@@ -316,13 +355,15 @@ class HFChatTokenizer(CheckedTokenizer):
             self._try_fastokens(required=backend == "fastokens")
 
     def _try_fastokens(self, required: bool) -> None:
-        byte_lengths = byte_level_lengths(self.reference)
+        preloaded = _PRELOADED.get(str(self.files.tokenizer_json))
+        byte_lengths = preloaded[2] if preloaded else byte_level_lengths(self.reference)
         if byte_lengths is None:
             return self._disable_fast("not a byte-level BPE tokenizer (offsets cannot be derived from ids)", required)
         try:
             import fastokens
 
-            fast = fastokens.Tokenizer.from_file(str(self.files.tokenizer_json))
+            fast = preloaded[1] if preloaded and preloaded[1] is not None else fastokens.Tokenizer.from_file(
+                str(self.files.tokenizer_json))
         except (ImportError, ValueError, RuntimeError, OSError) as error:
             return self._disable_fast(f"fastokens unavailable ({error})", required)
         fast.no_padding()

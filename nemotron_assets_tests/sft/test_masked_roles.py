@@ -66,6 +66,25 @@ def test_short_tool_content_is_not_found_inside_the_trained_end_of_turn():
         assert trained_on_masked(sample) == 0
 
 
+def test_an_argument_the_template_escapes_does_not_move_the_search_past_the_tool_results():
+    """By hand (a case hypothesis found): ChatML writes the argument ``"\x1f"`` as ``\u001f``; searched raw, it
+    was "found" in the last reply, and the tool result ``"|"`` after that inside the trained ``<|im_end|>``. Now it
+    is found before the last reply (at the latest in the tool's own turn; inside its untrained ``<|im_start|>``
+    markup is allowed, as the module says)."""
+    messages = [{"role": "user", "content": ""},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": None, "type": "function", "function": {"name": "get_weather",
+                                                                  "arguments": {"q": "\x1f", "n": None}}}]},
+                {"role": "tool", "content": "|", "tool_call_id": None, "name": None},
+                {"role": "assistant", "content": "\x1f"}]
+    chatml = load_template("chatml", chat_tokenizer().template_tokens)
+    text = chatml.render(messages).text
+    spans = masked_content_spans(messages, text, "<|im_end|>")
+    assert [text[a:b] for a, b in spans] == ["|"] and spans[0][1] <= text.index("tool\n|") + len("tool\n|")
+    for sample in samples_for_conversation(messages, None, chatml, chat_tokenizer()).samples:
+        assert trained_on_masked(sample) == 0
+
+
 def test_a_tool_result_echoing_its_argument_is_found_in_the_result():
     """By hand: the result "Paris" also appears in the call's arguments, earlier in the text."""
     messages = [{"role": "user", "content": "Where?"},

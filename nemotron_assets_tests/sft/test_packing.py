@@ -367,3 +367,14 @@ def test_malformed_samples_are_refused_naming_the_sample(bad, match):
 def test_bad_settings_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         PackSettings(**bad)
+
+
+@given(st.integers(0, 5000), st.integers(1, 700))
+def test_shards_of_a_split_are_as_few_as_fit_and_even(bins, bins_per_shard):
+    from nemotron_assets.sft.steps.plan_step import shard_bounds
+
+    bounds = shard_bounds(bins, bins_per_shard)
+    assert len(bounds) == -(-bins // bins_per_shard)
+    assert [b for first, end in bounds for b in range(first, end)] == list(range(bins))
+    sizes = [end - first for first, end in bounds]
+    assert all(size <= bins_per_shard for size in sizes) and (not sizes or max(sizes) - min(sizes) <= 1)

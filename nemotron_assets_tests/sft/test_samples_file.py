@@ -4,10 +4,13 @@
 The Harmony shard here is written by the test with the columns the step reads, shaped as normalize/record.py writes
 them (JSON text for messages and tools, nullable provenance); worker processes must write the same bytes as one
 process, an unreadable row must be named by shard and row from inside a worker, and a samples file holding a value
-its columns cannot hold must be named by file and row when the packer reads it.
+its columns cannot hold must be named by file and row when the packer reads it. Workers forked from a process
+that parsed the tokenizer first (pool.py) must write the same bytes too.
 """
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -95,3 +98,38 @@ def test_the_packer_names_a_samples_file_row_holding_an_impossible_mask_value(sp
     pq.write_table(broken, target, row_group_size=BATCH_ROWS)
     with pytest.raises(RuntimeError, match=rf"shard_00000.parquet row {BATCH_ROWS + 3}: assistant_mask holds 2"):
         read_samples(store, "blend", plan_rows)
+
+
+FORKING_RUN = """
+import json, sys
+from pathlib import Path
+import nemotron_assets.sft.pool as pool
+from nemotron_assets.sft import tokenizers
+from nemotron_assets.sft.chat_format import ChatFormatSpec
+from nemotron_assets.sft.steps.samples_step import build_samples_file
+
+decided = []
+choose = pool._fork_after_preload
+pool._fork_after_preload = lambda spec: decided.append(choose(spec)) or decided[-1]
+imported_before = "fastokens" in sys.modules
+spec = ChatFormatSpec("chatml", sys.argv[1])
+stats = [build_samples_file(sys.argv[2], "shard.parquet", spec, Path(out), workers=2).as_dict() for out in sys.argv[3:]]
+print(json.dumps({"imported_before": imported_before, "forked": decided, "left": len(tokenizers._PRELOADED),
+                  "stats": stats}))
+"""
+
+
+def test_workers_forked_after_a_preload_write_the_bytes_one_process_writes(spec, tmp_path):
+    """A fresh process (fastokens never imported) forks its workers after parsing the tokenizer once; a second
+    build in the same process spawns them (fastokens is imported now). Both write what one process writes."""
+    shard = tmp_path / "shard.parquet"
+    write_shard(shard, harmony_rows(BATCH_ROWS + 40))
+    one = build_samples_file(shard, "shard.parquet", spec, tmp_path / "one.parquet", workers=1)
+    run = subprocess.run([sys.executable, "-c", FORKING_RUN, spec.tokenizer_model, str(shard),
+                          str(tmp_path / "forked.parquet"), str(tmp_path / "spawned.parquet")],
+                         capture_output=True, text=True, check=True)
+    report = json.loads(run.stdout)
+    assert report["imported_before"] is False and report["forked"] == [True, False] and report["left"] == 0
+    for name in ("forked", "spawned"):
+        assert (tmp_path / f"{name}.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
+    assert report["stats"] == [one.as_dict()] * 2

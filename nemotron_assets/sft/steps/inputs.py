@@ -45,15 +45,17 @@ from nemotron_assets.sft.chat_format import ChatFormatSpec, default_tokenizer_mo
 from nemotron_assets.sft.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_BASE_SHA256, O200K_HARMONY
 from nemotron_assets.sft.settings import BUILTIN_TEMPLATES, SftSettings
 from nemotron_assets.sft.split import SPLITS, Holdout
+from nemotron_assets.sft.steps.batch_render import O200K_EOS
 from nemotron_assets.sft.templates import RENDER_DATE
 from nemotron_assets.storage import Storage
 
-SAMPLES_FORMAT = "sft-samples/2"  # 2: masked-role spans at the earliest place; plain-encoded token columns
-PLAN_FORMAT = "sft-plan/1"
+#: 3: masked-role search finds tool-call arguments JSON-escaped too; 2: masked-role spans at the earliest place,
+#: plain-encoded token columns
+SAMPLES_FORMAT = "sft-samples/3"
+PLAN_FORMAT = "sft-plan/2"  # 2: a split's shards of even sizes (plan_step.shard_bounds)
 PACKED_FORMAT = "sft-packed/2"  # 2: plain-encoded token columns
 MANIFEST_FORMAT = "sft-manifest/1"
 #: o200k_harmony's end-of-sequence token: gpt-oss's tokenizer config names ``<|return|>`` (what Bridge pads with).
-O200K_EOS = "<|return|>"
 
 
 def sft_settings(blend: Blend) -> SftSettings:

@@ -9,18 +9,42 @@
 - ``no_trained_token_on_masked_role``: on the unshifted mask of each stored sample, no token of a system,
   developer, user or tool message is trained (the spans recorded at render time, `masked_roles.py`;
   `packing.masked_role_problems`).
+
+All three are first decided at once (`_all_pass`): one read of each committed file, compared as whole arrays
+with the shard the plan describes (the samples prepared as planned, end to end, masks shifted inside each sample).
+Those comparisons are at least as strict as the checks above (a shard passes them only if it is exactly the
+planned one), so a shard that passes them passes every check; any difference sends the shard through the checks
+above, which say what is wrong, sample by sample.
 """
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.layout import SftShardKey, sft_packed_prefix
 from nemotron_assets.records import Receipt
-from nemotron_assets.sft.packing import compare_samples, masked_role_problems, planned_digest, unshift_mask
-from nemotron_assets.sft.steps.pack_step import StoredSample, plan_rows, read_samples, settings_of, truncate_of
+from nemotron_assets.sft.packing import (
+    PackSettings,
+    PackStats,
+    compare_samples,
+    masked_role_problems,
+    planned_digest,
+    prepare_sample,
+    unshift_mask,
+)
+from nemotron_assets.sft.steps.pack_step import (
+    StoredSample,
+    cyclic_gc_paused,
+    plan_rows,
+    read_samples,
+    settings_of,
+    truncate_of,
+)
 from nemotron_assets.sft.writers import iter_packed_bins, packed_shard_problems, stored_samples
 from nemotron_assets.storage import Storage
 
@@ -54,11 +78,19 @@ def check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receip
                        samples: dict[tuple[str, int], StoredSample] | None = None) -> dict[str, list[str]]:
     """Check name -> problems (empty: passed) of the committed shard ``key``, against the ``plan`` (its receipt).
     ``samples``: what the build just read from the samples files (`PackedOutcome.samples`), else read here."""
+    with cyclic_gc_paused():
+        return _check_packed_shard(store, base, key, plan, samples)
+
+
+def _check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receipt,
+                        samples: dict[tuple[str, int], StoredSample] | None) -> dict[str, list[str]]:
     prefix = sft_packed_prefix(base, key)
     settings, truncate = settings_of(plan), truncate_of(plan)
     rows = plan_rows(store, base, key)
     samples = read_samples(store, base, rows) if samples is None else samples
     with local_files(store, [f"{prefix}.parquet", f"{prefix}.samples.parquet"]) as (packed, listing):
+        if _all_pass(packed, listing, rows, samples, settings, truncate):
+            return {name: [] for name in CHECKS}
         capacity = packed_shard_problems(packed, listing, settings.pack_size, limit=SHOWN)
         planned = []
         by_key = {}
@@ -91,3 +123,132 @@ def _masked_role_problems(packed: Path, listing: Path, samples: dict) -> list[st
         if len(problems) >= SHOWN:
             return problems[:SHOWN]
     return problems
+
+
+# --- every check at once, on whole arrays --------------------------------------------------------------------------
+@dataclass
+class _PlannedShard:
+    """The shard the plan describes: per stored sample (plan order) its key, stored length and masked-role spans,
+    and every sample's ids and shifted loss mask end to end."""
+
+    keys: list[tuple]
+    lengths: np.ndarray  # int64
+    input_ids: np.ndarray  # int32
+    loss_mask: np.ndarray  # uint8, shifted inside each sample
+    masked_spans: list[np.ndarray]
+
+
+def _planned_shard(rows: pa.Table, samples: dict[tuple[str, int], StoredSample], settings: PackSettings,
+                   truncate) -> _PlannedShard | None:
+    """None when the per-sample checks must decide (a planned sample the packer would drop, a key planned twice)."""
+    plan = list(zip(*(rows.column(name).to_pylist() for name in ("file", "row", "copy"))))
+    by_key = {}
+    for file, row, _ in plan:  # the spans the per-sample check reads: the last stored sample of each key
+        stored = samples[(file, row)]
+        by_key[(stored.dataset, stored.id, stored.sample)] = stored
+    keys, ids, masks, spans = [], [], [], []
+    stats = PackStats(pack_size=settings.pack_size)
+    for file, row, copy in plan:
+        stored = samples[(file, row)]
+        ready = prepare_sample(stored.pack_sample(copy), settings, stats, truncate)
+        if ready is None:
+            return None
+        keys.append((stored.dataset, stored.id, stored.sample, copy))
+        ids.append(np.asarray(ready.input_ids, dtype=np.int32))
+        masks.append(np.asarray(ready.mask, dtype=np.uint8))
+        spans.append(by_key[(stored.dataset, stored.id, stored.sample)].masked_spans)
+    if len(set(keys)) != len(keys):
+        return None
+    lengths = np.array([len(part) for part in ids], dtype=np.int64)
+    unshifted = np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)
+    shifted = np.zeros(len(unshifted), dtype=np.uint8)
+    shifted[:-1] = unshifted[1:]
+    shifted[np.cumsum(lengths) - 1] = 0
+    return _PlannedShard(keys, lengths, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32), shifted, spans)
+
+
+def _list_parts(column: pa.ChunkedArray, dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets from 0, values) of a one-chunk list column without nulls, values cast as `iter_packed_bins` does."""
+    if column.num_chunks != 1 or column.null_count:
+        return None
+    chunk = column.chunk(0)
+    offsets = chunk.offsets.to_numpy().astype(np.int64)
+    values = chunk.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(dtype, copy=False)
+    return offsets - offsets[0], values
+
+
+def _all_pass(packed: Path, listing: Path, rows: pa.Table, samples: dict[tuple[str, int], StoredSample],
+              settings: PackSettings, truncate) -> bool:
+    """Whether the committed shard is exactly the planned one and breaks no rule (module docstring); False means
+    "look sample by sample", not necessarily a problem."""
+    planned = _planned_shard(rows, samples, settings, truncate)
+    if planned is None:
+        return False
+    parquet = pq.ParquetFile(packed)
+    if {"input_ids", "loss_mask", "seq_start_id"} - set(parquet.schema_arrow.names):
+        return False
+    table = pq.read_table(listing, columns=["bin", "offset", "length", "dataset", "id", "sample", "copy"])
+    if table.num_rows != len(planned.keys) or any(table.column(name).null_count for name in table.column_names):
+        return False
+    listed = [table.column(name).to_numpy() for name in ("bin", "offset", "length")]
+    if list(zip(*(table.column(name).to_pylist() for name in ("dataset", "id", "sample", "copy")))) != planned.keys:
+        return False
+    if not np.array_equal(listed[2], planned.lengths):
+        return False
+    first_bin = first_sample = first_value = 0
+    for group in range(parquet.num_row_groups):
+        bins = parquet.read_row_group(group, columns=["input_ids", "loss_mask", "seq_start_id"]).combine_chunks()
+        if not bins.num_rows:
+            continue
+        parts = [_list_parts(bins.column(name), dtype) for name, dtype in
+                 (("input_ids", "int32"), ("loss_mask", "uint8"), ("seq_start_id", "int64"))]
+        if any(part is None for part in parts):
+            return False
+        (id_offsets, ids), (mask_offsets, mask), (start_offsets, starts) = parts  # type: ignore[misc]
+        sizes, counts = np.diff(id_offsets), np.diff(start_offsets)
+        if not np.array_equal(sizes, np.diff(mask_offsets)) or (counts < 1).any():
+            return False
+        if (starts[start_offsets[:-1]] != 0).any() or (sizes - counts > settings.pack_size).any():
+            return False
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        ends[start_offsets[1:] - 1] = sizes
+        stored = len(starts)
+        here = slice(first_sample, first_sample + stored)
+        if ((ends - starts) < 2).any() or not (
+                np.array_equal(listed[0][here], np.repeat(np.arange(first_bin, first_bin + bins.num_rows), counts))
+                and np.array_equal(listed[1][here], starts) and np.array_equal(listed[2][here], ends - starts)):
+            return False
+        values = slice(first_value, first_value + len(ids))
+        if not (np.array_equal(ids, planned.input_ids[values]) and np.array_equal(mask, planned.loss_mask[values])):
+            return False
+        if (mask > 1).any() or mask[np.repeat(id_offsets[:-1], counts) + ends - 1].any():
+            return False
+        first_bin, first_sample, first_value = first_bin + bins.num_rows, first_sample + stored, first_value + len(ids)
+    if first_sample != len(planned.keys) or first_value != len(planned.input_ids):
+        return False
+    return not _trains_a_masked_span(planned)
+
+
+def _trains_a_masked_span(planned: _PlannedShard) -> bool:
+    """Whether a masked-role span of a stored sample holds a trained token of its unshifted mask (or a span the
+    per-sample check must look at: negative, or a flat span list of odd length)."""
+    if any(len(spans) % 2 for spans in planned.masked_spans):
+        return True
+    pairs = np.concatenate(planned.masked_spans).astype(np.int64).reshape(-1, 2) if planned.masked_spans else \
+        np.zeros((0, 2), dtype=np.int64)
+    if (pairs < 0).any():
+        return True
+    owner = np.repeat(np.arange(len(planned.keys)), [len(spans) // 2 for spans in planned.masked_spans])
+    length, start = planned.lengths[owner], (np.cumsum(planned.lengths) - planned.lengths)[owner]
+    # unshifted[p] = shifted[p - 1] for p >= 1 and 0 at p = 0: trained tokens of [a, b) are shifted[max(a, 1) - 1
+    # : min(b, length) - 1] of the sample, looked at over the whole shard's mask at once (reduceat takes the maximum
+    # of a[i:j] for each consecutive pair i < j of indices: the even entries are the spans')
+    low, high = np.maximum(pairs[:, 0], 1), np.minimum(pairs[:, 1], length)
+    counted = (pairs[:, 0] < length) & (high > low)
+    if not counted.any():
+        return False
+    bounds = np.empty(2 * int(np.count_nonzero(counted)), dtype=np.int64)
+    bounds[0::2] = start[counted] + low[counted] - 1
+    bounds[1::2] = start[counted] + high[counted] - 1
+    return bool(np.maximum.reduceat(planned.loss_mask, bounds)[0::2].any())

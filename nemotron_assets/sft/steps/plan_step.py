@@ -21,8 +21,9 @@ decides for each sample:
 
 Then, per split: the samples in order (every row's first copy, then every second copy, ...: copies spread over
 the split instead of sharing a bin), cut into windows of ``pack_window`` samples, each packed by
-`packing.plan_bins` (deterministic for ``sft.seed``); bins are numbered across windows and cut into shards of
-``sft.bins_per_shard`` bins (``shard_tokens // pack_size``: about 64 MiB of int32 ids by default).
+`packing.plan_bins` (deterministic for ``sft.seed``); bins are numbered across windows and cut into as few shards
+as hold at most ``sft.bins_per_shard`` bins each (``shard_tokens // pack_size``: about 64 MiB of int32 ids by
+default), of even sizes (`shard_bounds`).
 
 Output ``<base>/sft/plan.parquet`` (`SCHEMA`), one row per packed sample in split, shard, bin, position order, a row
 group per shard; its receipt's stats list each shard's bins, samples, tokens, the samples files it reads and the
@@ -268,6 +269,18 @@ def shard_rows_digest(table: pa.Table) -> str:
     return digest.hexdigest()
 
 
+def shard_bounds(bins: int, bins_per_shard: int) -> list[tuple[int, int]]:
+    """[first, end) bins of each packed shard of a split: as few shards as hold ``bins_per_shard`` bins at most,
+    their sizes even (differing by one bin at most). Even shards are packed in about the same time, so the runs
+    that pack them in parallel end together (a split cut into full shards and a small tail kept one process busy
+    while the other waited)."""
+    shards = -(-bins // bins_per_shard)
+    if not shards:
+        return []
+    cuts = [shard * bins // shards for shard in range(shards + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 class PlanWriter:
     """Writes one split's bins, shard by shard, into the plan file, and records each shard."""
 
@@ -277,13 +290,12 @@ class PlanWriter:
 
     def write_split(self, split: str, files: np.ndarray, rows: np.ndarray, copies: np.ndarray, lengths: np.ndarray,
                     truncated: np.ndarray, bins: list[list[int]], stats: SplitStats) -> None:
-        for first in range(0, len(bins), self.bins_per_shard):
-            shard_bins = bins[first : first + self.bins_per_shard]
+        for shard, (first, end) in enumerate(shard_bounds(len(bins), self.bins_per_shard)):
+            shard_bins = bins[first:end]
             members = np.fromiter((m for b in shard_bins for m in b), dtype=np.int64,
                                   count=sum(len(b) for b in shard_bins))
             bin_of = np.repeat(np.arange(len(shard_bins), dtype=np.int64), [len(b) for b in shard_bins])
             position = np.concatenate([np.arange(len(b), dtype=np.int32) for b in shard_bins])
-            shard = first // self.bins_per_shard
             table = pa.Table.from_arrays([
                 pa.array(np.full(len(members), split, dtype=object), type=pa.string()),
                 pa.array(np.full(len(members), shard, dtype=np.int32)), pa.array(bin_of), pa.array(position),

@@ -10,10 +10,11 @@ Duplicates are left to the plan, which reads the dedup result: rendering does no
 Each kept row is rendered, tokenized and masked by `samples.samples_for_conversations` (one sample for a
 conversation without reasoning, one per user turn with reasoning; drops counted by reason with first examples).
 For a large shard, a batch's whole work (filter, JSON decode, render, the batch's table) runs in worker processes
-(`render_batch` through `pool.in_order`): this process only reads batches and writes the tables the workers send
-back, in order, so it neither loads the tokenizer nor competes with them for a core. Harmony renders each row with
-its own reasoning effort (``meta_reasoning_effort``: the system message's ``Reasoning:`` line), as the row was
-normalized.
+(`batch_render.render_batch` through `pool.in_order`): this process only reads batches and writes the tables the
+workers send back, in order, so it never tokenizes and competes with them for a core only to read and write (when
+it can fork the workers, it parses the tokenizer files once for all of them first: pool.py). Harmony renders each
+row with its own reasoning effort (``meta_reasoning_effort``: the system message's ``Reasoning:`` line), as the row
+was normalized.
 
 Output ``<base>/sft/samples/<dataset>/shard_NNNNN.parquet`` (zstd, a row group per batch), one row per sample
 (`SCHEMA`): ``id``, ``dataset``, ``row`` (the row in the Harmony shard), ``sample`` (its index in the conversation),
@@ -27,206 +28,32 @@ the template's end-of-turn ids (what a truncated sample ends with).
 
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from itertools import groupby
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.blend import Blend
-from nemotron_assets.errors import InputError
 from nemotron_assets.layout import ShardKey, harmony_shard_path, sft_samples_prefix
 from nemotron_assets.records import Receipt, freshness, rebuild_reason, receipt_path, require_manifest, write_receipt
-from nemotron_assets.sft.chat_format import ChatFormat, ChatFormatSpec
-from nemotron_assets.sft.harmony import HARMONY
-from nemotron_assets.sft.o200k import HARMONY_SPECIAL_TOKENS
-from nemotron_assets.sft.pool import format_of, in_order
-from nemotron_assets.sft.samples import ConversationSamples, check_conversation, samples_for_conversations
-from nemotron_assets.sft.split import split_key
-from nemotron_assets.sft.steps.inputs import O200K_EOS, chat_format_spec, chat_identity, samples_inputs
-from nemotron_assets.sft.steps.stats import MAX_EXAMPLES, add_histograms, log2_histogram
+from nemotron_assets.sft.chat_format import ChatFormatSpec
+from nemotron_assets.sft.pool import in_order
+from nemotron_assets.sft.steps.batch_render import (  # noqa: F401  (SCHEMA, METADATA_COLUMNS: this step's file)
+    DICTIONARY_COLUMNS,
+    METADATA_COLUMNS,
+    READ_COLUMNS,
+    SCHEMA,
+    SamplesStats,
+    _with_tokenizer_facts,
+    render_batch,
+)
+from nemotron_assets.sft.steps.inputs import chat_format_spec, chat_identity, samples_inputs
 from nemotron_assets.storage import Storage, locate_os_errors
 
-READ_COLUMNS = ["id", "dataset", "messages", "tools", "quality_valid_harmony", "quality_completion_nonempty",
-                "quality_valid_tool_schema", "quality_placeholder_prompt", "meta_reasoning_effort", "source_used_in",
-                "source_license", "source_row"]
-SCHEMA = pa.schema([
-    ("id", pa.string()), ("dataset", pa.string()), ("row", pa.int64()), ("sample", pa.int32()),
-    ("user_turn", pa.int32()), ("split_key", pa.string()), ("used_in", pa.list_(pa.string())),
-    ("license", pa.string()), ("source_row", pa.int64()), ("length", pa.int32()), ("trained", pa.int32()),
-    ("input_ids", pa.list_(pa.int32())), ("assistant_mask", pa.list_(pa.uint8())),
-    ("masked_spans", pa.list_(pa.int32())),
-])
-#: Dictionary-encode the repeated strings only: token arrays are near-unique values, and trying a dictionary on them
-#: costs write time for nothing.
-DICTIONARY_COLUMNS = ["id", "dataset", "split_key", "used_in", "license"]
-#: The columns the plan reads (everything but the token arrays).
-METADATA_COLUMNS = [name for name in SCHEMA.names if name not in ("input_ids", "assistant_mask", "masked_spans")]
 BATCH_ROWS = 512  # conversations rendered (and written as one row group) at a time
 PARALLEL_BYTES = 32 << 20  # a Harmony shard this large renders on every core (workers take seconds to start)
-DEFAULT_EFFORT = "medium"
-
-
-@dataclass
-class SamplesStats:
-    rows: int = 0  # rows of the Harmony shard
-    conversations: int = 0  # rows that passed the filter and were rendered
-    filtered: Counter = field(default_factory=Counter)
-    samples: int = 0
-    tokens: int = 0
-    trained_tokens: int = 0
-    dropped: Counter = field(default_factory=Counter)
-    dropped_examples: list[str] = field(default_factory=list)
-    histogram: list[int] = field(default_factory=lambda: log2_histogram([]))
-    max_length: int = 0
-    eos_id: int | None = None
-    end_of_turn_ids: list[int] = field(default_factory=list)
-    tokenizer_backend: str = ""
-    bytes: int = 0
-    sha256: str = ""
-
-    def add(self, other: "SamplesStats") -> None:
-        """Count a batch's stats into these (the first batch's tokenizer facts are kept: all batches share them)."""
-        self.rows += other.rows
-        self.conversations += other.conversations
-        self.filtered.update(other.filtered)
-        self.samples += other.samples
-        self.tokens += other.tokens
-        self.trained_tokens += other.trained_tokens
-        self.dropped.update(other.dropped)
-        self.dropped_examples += other.dropped_examples[: max(0, MAX_EXAMPLES - len(self.dropped_examples))]
-        self.histogram = add_histograms(self.histogram, other.histogram)
-        self.max_length = max(self.max_length, other.max_length)
-        if not self.tokenizer_backend:
-            self.eos_id, self.end_of_turn_ids = other.eos_id, other.end_of_turn_ids
-            self.tokenizer_backend = other.tokenizer_backend
-
-    def as_dict(self) -> dict:
-        return {"rows": self.rows, "conversations": self.conversations, "filtered": dict(sorted(self.filtered.items())),
-                "samples": self.samples, "tokens": self.tokens, "trained_tokens": self.trained_tokens,
-                "dropped": dict(sorted(self.dropped.items())), "dropped_examples": self.dropped_examples,
-                "histogram": self.histogram, "max_length": self.max_length, "eos_id": self.eos_id,
-                "end_of_turn_ids": self.end_of_turn_ids, "tokenizer_backend": self.tokenizer_backend,
-                "bytes": self.bytes, "sha256": self.sha256}
-
-
-def filtered_reason(row: dict, harmony: bool) -> str | None:
-    """Why a row is not rendered (the row-level part of the pools' base filter), or None."""
-    if harmony and not row["quality_valid_harmony"]:
-        return "invalid_harmony"
-    if not row["quality_completion_nonempty"]:
-        return "empty_completion"
-    if not row["quality_valid_tool_schema"]:
-        return "invalid_tool_schema"
-    if row["quality_placeholder_prompt"]:
-        return "placeholder_prompt"
-    return None
-
-
-@dataclass(frozen=True)
-class KeptRow:
-    row: int  # in the Harmony shard
-    record: dict
-    messages: list
-    tools: list | None
-
-
-def _kept_rows(batch: pa.RecordBatch, first_row: int, url: str, harmony: bool,
-               stats: SamplesStats) -> Iterator[KeptRow]:
-    """The batch's rows that pass the filter, with their decoded conversation; a conversation that is not canonical
-    is an `InputError` naming the shard, row and field."""
-    for index, record in enumerate(batch.to_pylist(), start=first_row):
-        stats.rows += 1
-        reason = filtered_reason(record, harmony)
-        if reason is not None:
-            stats.filtered[reason] += 1
-            continue
-        try:
-            messages = orjson.loads(record["messages"])
-            tools = orjson.loads(record["tools"]) if record["tools"] else None
-            check_conversation(messages, tools or None)
-        except orjson.JSONDecodeError as error:
-            raise InputError(f"not valid JSON: {error}", path=url, row=index, field="messages") from None
-        except InputError as error:
-            raise InputError(error.reason, dataset=record["dataset"], path=url, row=index,
-                             field=error.field) from None
-        yield KeptRow(index, record, messages, tools or None)
-
-
-def _with_tokenizer_facts(spec: ChatFormatSpec) -> SamplesStats:
-    """Empty stats holding what the later steps need from the tokenizer (the receipt records them)."""
-    chat_format = format_of(spec)
-    return SamplesStats(eos_id=eos_id(chat_format), end_of_turn_ids=list(chat_format.end_of_turn_ids()),
-                        tokenizer_backend=chat_format.tokenizer.backend)  # type: ignore[attr-defined]
-
-
-def render_batch(batch: pa.RecordBatch, first_row: int, spec: ChatFormatSpec, url: str) -> tuple[pa.Table,
-                                                                                                  SamplesStats]:
-    """One batch of Harmony rows (``first_row``: the shard row of its first) -> its samples table and stats: filter,
-    decode, render, tokenize, mask. Runs in a worker process (`pool.in_order`), so the process that reads and writes
-    the files does nothing else. Harmony renders consecutive rows of one reasoning effort together."""
-    stats = _with_tokenizer_facts(spec)
-    harmony = spec.chat_template == HARMONY
-    kept = list(_kept_rows(batch, first_row, url, harmony, stats))
-    results: list[ConversationSamples] = []
-    for effort, group in groupby(kept, key=lambda k: (k.record["meta_reasoning_effort"] or DEFAULT_EFFORT)
-                                 if harmony else None):
-        rendering = format_of(replace(spec, reasoning_effort=effort))
-        results += samples_for_conversations([(k.messages, k.tools) for k in group], rendering.template,
-                                             rendering.tokenizer)
-    stats.conversations = len(kept)
-    return _table(kept, results, url, stats), stats
-
-
-def _list_column(parts: list[np.ndarray], value_type: pa.DataType) -> pa.Array:
-    offsets = np.zeros(len(parts) + 1, dtype=np.int32)
-    np.cumsum([len(part) for part in parts], out=offsets[1:])
-    values = np.concatenate(parts) if parts else np.zeros(0, dtype=value_type.to_pandas_dtype())
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), type=pa.list_(value_type))
-
-
-def _table(rows: list[KeptRow], results: list[ConversationSamples], url: str, stats: SamplesStats) -> pa.Table:
-    columns: dict[str, list] = {name: [] for name in SCHEMA.names}
-    for kept, result in zip(rows, results):
-        stats.dropped.update(result.dropped)
-        for why in result.why[: max(0, MAX_EXAMPLES - len(stats.dropped_examples))]:
-            stats.dropped_examples.append(f"{url} row {kept.row}: {why}")
-        if not result.samples:
-            continue
-        record = kept.record
-        key = split_key(kept.messages, {"messages": kept.messages, "tools": kept.tools})
-        for number, sample in enumerate(result.samples):
-            for name, value in (("id", record["id"]), ("dataset", record["dataset"]), ("row", kept.row),
-                                ("sample", number), ("user_turn", sample.user_turn), ("split_key", key),
-                                ("used_in", record["source_used_in"] or []), ("license", record["source_license"]),
-                                ("source_row", record["source_row"]), ("length", len(sample.ids)),
-                                ("trained", int(np.count_nonzero(sample.assistant_mask))),
-                                ("input_ids", sample.ids), ("assistant_mask", sample.assistant_mask),
-                                ("masked_spans", sample.masked_spans)):
-                columns[name].append(value)
-    lengths = np.asarray(columns["length"], dtype=np.int64)
-    stats.samples += len(lengths)
-    stats.tokens += int(lengths.sum())
-    stats.trained_tokens += sum(columns["trained"])
-    stats.histogram = add_histograms(stats.histogram, log2_histogram(lengths))
-    stats.max_length = max(stats.max_length, int(lengths.max()) if len(lengths) else 0)
-    arrays = [pa.array(columns[name], type=SCHEMA.field(name).type) for name in METADATA_COLUMNS]
-    arrays += [_list_column(columns["input_ids"], pa.int32()), _list_column(columns["assistant_mask"], pa.uint8()),
-               _list_column(columns["masked_spans"], pa.int32())]
-    return pa.Table.from_arrays(arrays, schema=SCHEMA)
-
-
-def eos_id(chat_format: ChatFormat) -> int | None:
-    """The tokenizer's end-of-sequence id (Bridge pads with it), None when its config names none."""
-    if chat_format.spec.tokenizer_model == "o200k_harmony":
-        return HARMONY_SPECIAL_TOKENS[O200K_EOS]
-    token = chat_format.tokenizer.template_tokens.get("eos_token")
-    return chat_format.tokenizer.reference.token_to_id(token) if token else None  # type: ignore[attr-defined]
 
 
 def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, workers: int = 1) -> SamplesStats:
