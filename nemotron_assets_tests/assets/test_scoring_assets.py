@@ -259,12 +259,19 @@ def test_status_and_verify_see_a_changed_pool_part_and_a_corrupted_score_file(bu
     assert states[("embeddings", f"prompt/{POOL}")].state.value == "stale"  # its view reads the pool too
 
 
-def test_a_scoring_blend_fails_its_runs_with_the_install_command_without_the_extra(tmp_path):
+def scored_blend_folder(tmp_path: Path) -> Path:
+    """A blends folder holding ``scored``: the sample post-training blend without its SFT part, scoring the
+    ``tool_use`` pool with a model folder that does not exist (for tests that never load it)."""
     blends = tmp_path / "blends"
     blends.mkdir()
     (blends / "sample_data").symlink_to(REPO / "blends" / "sample_data")
-    text = SAMPLE.read_text().split("holdout:")[0]
-    (blends / "scored.yaml").write_text(text + "scoring: {model: /no/such/model, pools: [tool_use]}\n")
+    (blends / "scored.yaml").write_text(SAMPLE.read_text().split("holdout:")[0]
+                                        + "scoring: {model: /no/such/model, pools: [tool_use]}\n")
+    return blends
+
+
+def test_a_scoring_blend_fails_its_runs_with_the_install_command_without_the_extra(tmp_path):
+    blends = scored_blend_folder(tmp_path)
     code = HIDE_HEAVY + f"""
 import dagster as dg
 from nemotron_assets.definitions import build_definitions
@@ -337,11 +344,7 @@ def test_a_pool_in_two_parts_is_scored_embedded_selected_and_reported_whole(buil
 
 def test_scoring_steps_whose_pools_are_not_built_fail_naming_what_to_materialize(tmp_path):
     """``--select nll_scores`` on a fresh root or a sample without pools must not run nothing and exit 0."""
-    blends = tmp_path / "blends"
-    blends.mkdir()
-    (blends / "sample_data").symlink_to(REPO / "blends" / "sample_data")
-    (blends / "scored.yaml").write_text(SAMPLE.read_text().split("holdout:")[0]
-                                        + "scoring: {model: /no/such/model, pools: [tool_use]}\n")
+    blends = scored_blend_folder(tmp_path)
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
@@ -366,11 +369,7 @@ def test_scoring_steps_whose_pools_are_not_built_fail_naming_what_to_materialize
 def test_the_post_training_automation_sensor_rebuilds_the_scores_of_the_full_build_only(tmp_path):
     from nemotron_assets.definitions import build_definitions
 
-    blends = tmp_path / "blends"
-    blends.mkdir()
-    (blends / "sample_data").symlink_to(REPO / "blends" / "sample_data")
-    (blends / "scored.yaml").write_text(SAMPLE.read_text().split("holdout:")[0]
-                                        + "scoring: {model: /no/such/model, pools: [tool_use]}\n")
+    blends = scored_blend_folder(tmp_path)
     repository = build_definitions(blends, str(tmp_path / "data")).get_repository_def()
     names = ("nll_scores", "embeddings", "selected_pool", "near_duplicate_report")
     sensor = repository.get_sensor_def("scored__post_training_automation")

@@ -1,7 +1,8 @@
 """The Jinja environment and variables a template gets are transformers' (5.23), checked against transformers itself.
 
 `environment.jinja` uses tojson with every option, strftime_now, dict, namespace, break/continue, raise_exception,
-the special-token variables, whitespace control and a generation block inside a macro. transformers reads the wall
+the special-token variables, whitespace control, dict methods through attribute syntax (`message.get`, `.keys()`,
+`.items()`) and a generation block inside a macro. transformers reads the wall
 clock in strftime_now; the tests freeze its clock at our fixed `RENDER_DATE` to compare.
 """
 
