@@ -115,6 +115,12 @@ def entries(artifact) -> dict[str, str]:
     return {c.path: c.ref for c in artifact.manifest.contents}
 
 
+def used_and_logged(artifacts) -> tuple[dict[str, str], dict]:
+    """(name -> digest of each artifact a run used, name -> each artifact it logged), from its artifact records."""
+    return ({a.name: a.digest for a in artifacts if a.use_after_commit},
+            {a.name: a for a in artifacts if not a.use_after_commit})
+
+
 def test_each_materialization_is_one_offline_run(sample_lineage):
     _, folder = sample_lineage
     runs = offline_runs(folder)
@@ -212,9 +218,8 @@ def test_pool_run_uses_the_harmony_artifacts_and_logs_every_pool(posttrain_linea
     root, folder = posttrain_lineage
     runs = offline_runs(folder)
     produced = {a.name: a.digest for a in runs["harmony_shard"][0] if a.type == "harmony-shards"}
-    [artifacts] = runs["candidate_pool"]
-    assert {a.name: a.digest for a in artifacts if a.use_after_commit} == produced
-    pools = {a.name: a for a in artifacts if not a.use_after_commit}
+    used, pools = used_and_logged(runs["candidate_pool"][0])
+    assert used == produced
     from nemotron_assets.posttrain.pools import POOL_NAMES
 
     assert sorted(pools) == sorted(f"posttrain_sample-pool-{pool}" for pool in POOL_NAMES)
@@ -264,3 +269,109 @@ def test_jsonl_runs_link_source_manifests_to_shard_artifacts_to_the_manifest_art
                                                   for name in ("manifest.json", "manifest.receipt.json")]
     assert json.loads(manifest.metadata)["rows_by_split"] == json.loads(
         (root / "rl_sample/jsonl/manifest.json").read_bytes())["rows"]
+
+
+@pytest.fixture(scope="module")
+def scoring_lineage(tmp_path_factory):
+    """The post-training sample with a scoring: section (a tiny random Llama, the bundled MiniLM) materialized once
+    with lineage on (offline): the pools, then the four scoring assets."""
+    from nemotron_assets.blend import load_blend
+    from nemotron_assets_tests.assets.test_scoring_assets import SAMPLE, ScoringPipeline, scoring_settings
+    from nemotron_assets_tests.scoring.conftest import build_tiny_llama
+
+    tmp = tmp_path_factory.mktemp("scoring_lineage")
+    model = build_tiny_llama(tmp / "model")
+    blend = load_blend(SAMPLE).model_copy(update={"scoring": scoring_settings(model), "sft": None})
+
+    def build(root, lineage):
+        with dg.instance_for_test() as instance:
+            pipeline = ScoringPipeline(root, instance, blend, lineage=lineage)
+            pipeline.upstream()
+            pipeline.scores()
+
+    return (*_build_with_lineage(tmp, build), blend)
+
+
+def test_scoring_runs_link_pools_to_scores_and_scores_to_selections_and_the_report(scoring_lineage):
+    from nemotron_assets_tests.assets.test_scoring_assets import POOL, VIEWS
+
+    root, folder, blend = scoring_lineage
+    runs = offline_runs(folder)
+    assert {"nll_scores", "embeddings", "selected_pool", "near_duplicate_report"} <= set(runs)
+    name = blend.name
+    _, pools = used_and_logged(runs["candidate_pool"][0])
+    pool = f"{name}-pool-{POOL}"
+
+    used, logged = used_and_logged(runs["nll_scores"][0])
+    assert used == {pool: pools[pool].digest}  # the version the pool run logged
+    [nll] = logged.values()
+    assert nll.name == f"{name}-nll-{POOL}" and nll.type == "nll-scores"
+    part = f"{name}/scores/nll/{POOL}/part-00000"
+    assert entries(nll) == {f"{part}{ext}": f"file://{root}/{part}{ext}" for ext in (".json", ".parquet")}
+    metadata = json.loads(nll.metadata)
+    receipt = json.loads((root / f"{part}.json").read_bytes())
+    assert metadata["receipts"][part]["tokens_scored"] == receipt["stats"]["tokens_scored"] > 0
+    assert metadata["partitions_in_run"][f"{POOL}/part-00000"]["status"] == "built"
+
+    used, embeddings = used_and_logged(runs["embeddings"][0])
+    assert used == {pool: pools[pool].digest}
+    assert sorted(embeddings) == sorted(f"{name}-embeddings-{view}-{POOL}" for view in VIEWS)
+    prompt = embeddings[f"{name}-embeddings-prompt-{POOL}"]
+    assert prompt.type == "embeddings"
+    assert sorted(entries(prompt)) == [f"{name}/scores/embedding/prompt/{POOL}/part-00000{ext}"
+                                       for ext in (".json", ".parquet")]
+
+    used, selections = used_and_logged(runs["selected_pool"][0])
+    assert used == {nll.name: nll.digest, prompt.name: prompt.digest}  # NLL for easy/hard, prompts for diverse
+    assert sorted(selections) == sorted(f"{name}-pool-{selection}" for selection in blend.scoring.selections())
+    easy = selections[f"{name}-pool-{POOL}_easy"]
+    assert easy.type == "selected-pool"
+    folder_url = f"file://{root}/{name}/pools/{POOL}_easy"
+    assert sorted(entries(easy).values()) == [f"{folder_url}/{file}" for file in
+                                              ("manifest.json", "part-00000.json", "part-00000.parquet")]
+    manifest = json.loads((root / name / "pools" / f"{POOL}_easy" / "manifest.json").read_bytes())
+    assert json.loads(easy.metadata)["receipts"][f"{name}/pools/{POOL}_easy/part-00000"]["rows"] == manifest["rows"]
+
+    used, logged = used_and_logged(runs["near_duplicate_report"][0])
+    assert used == {a.name: a.digest for a in embeddings.values()}
+    [report] = logged.values()
+    assert report.name == f"{name}-near-duplicates" and report.type == "near-duplicate-report"
+    assert sorted(entries(report)) == [f"{name}/scores/near_duplicates{ext}" for ext in (".json", ".md", ".parquet")]
+
+
+@pytest.fixture(scope="module")
+def sft_lineage(tmp_path_factory):
+    """The post-training sample's packed SFT (its sft: section) materialized once with lineage on (offline)."""
+    from nemotron_assets_tests.assets.test_sft_assets import SftPipeline
+
+    def build(root, lineage):
+        with dg.instance_for_test() as instance:
+            pipeline = SftPipeline(root, instance, lineage=lineage)
+            pipeline.upstream()
+            pipeline.packed_sft()
+
+    return _build_with_lineage(tmp_path_factory.mktemp("sft_lineage"), build)
+
+
+def test_sft_manifest_run_uses_the_harmony_artifacts_and_logs_the_packed_build(sft_lineage):
+    root, folder = sft_lineage
+    runs = offline_runs(folder)
+    produced = {a.name: a.digest for a in runs["harmony_shard"][0] if a.type == "harmony-shards"}
+    used, logged = used_and_logged(runs["sft_manifest"][0])
+    assert used == produced
+    [sft] = logged.values()
+    assert sft.name == "posttrain_sample-sft" and sft.type == "sft-packed"
+    out = root / "posttrain_sample" / "sft"
+    manifest = json.loads((out / "manifest.json").read_bytes())
+    shards = sorted(p.relative_to(root).as_posix() for p in out.glob("*/shard_?????.parquet"))
+    assert shards, "the sample packs at least one shard"
+    expected = {"manifest.json", "manifest.receipt.json", "packing_metadata.json"}
+    expected |= {p.relative_to(out).as_posix() for p in out.glob("*.npy")}
+    for shard in shards:
+        prefix = shard.removesuffix(".parquet").removeprefix("posttrain_sample/sft/")
+        expected |= {f"{prefix}.json", f"{prefix}.parquet", f"{prefix}.samples.parquet"}
+    assert entries(sft) == {f"posttrain_sample/sft/{name}": f"file://{out}/{name}" for name in expected}
+    metadata = json.loads(sft.metadata)
+    assert metadata["dagster_run_id"] and metadata["tokenizer_sha256"] == manifest["tokenizer_sha256"]
+    assert {split: metadata["splits"][split]["files"] for split in manifest["splits"]} == {
+        split: written["files"] for split, written in manifest["splits"].items()}

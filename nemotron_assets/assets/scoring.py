@@ -9,10 +9,13 @@
         -> selected_pool (``<pool>_easy``, ``<pool>_hard``, and ``<pool>_diverse`` with ``diverse_k``)
 
 The same factory builds the sample twins (partitions.py ``Scope``). Each asset resolves its inputs and calls one
-pure step (``scoring/steps.py``), which commits the files and writes the receipt last. Nothing here imports torch:
-the steps load it when they load a model, after checking the ``scoring`` extra.
+pure step (``scoring/steps.py``), which commits the files and writes the receipt last; a full build's runs then log
+their W&B lineage (`scores_lineage`; resources/wandb_lineage.py). Nothing here imports torch: the steps load it
+when they load a model, after checking the ``scoring`` extra.
 """
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import dagster as dg
@@ -28,10 +31,20 @@ from nemotron_assets.assets.reporting import (
 )
 from nemotron_assets.assets.scoring_parts import SAMPLE_PARTS
 from nemotron_assets.blend import Blend
-from nemotron_assets.layout import PoolPartKey, nll_scores_path, pool_dir
+from nemotron_assets.layout import PoolPartKey, near_duplicates_path, nll_scores_path, pool_dir, pool_path
 from nemotron_assets.partitions import Scope, scored_pool_parts_name
 from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.scoring.inputs import embedding_partitions
+from nemotron_assets.resources.wandb_lineage import CandidatePoolInput, ReceiptArtifact, ScoresInput, WandbLineage
+from nemotron_assets.scoring.inputs import (
+    DIVERSE_VIEW,
+    embedding_partitions,
+    embedding_prefix,
+    nll_prefix,
+    pool_part_numbers,
+    prefix_of,
+    split_view_key,
+)
+from nemotron_assets.scoring.settings import DIVERSE, split_selection
 from nemotron_assets.scoring.states import scored_ids_problem
 from nemotron_assets.scoring.steps import (
     Models,
@@ -91,13 +104,17 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
         description="Completion-only NLL of every row of one pool part under scoring.model (its own chat template, "
                     "every assistant turn trained): nll_mean, nll_sum, tokens_scored, truncated.",
     )
-    def nll_scores(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
+    def nll_scores(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
+                   lineage: WandbLineage):
         store = storage.get()
         models = Models(blend, log=context.log.info)
-        yield from materialize_partitions(
-            context, dg.AssetKey(scope.key("nll_scores")), context.partition_keys,
-            build=lambda partition: score_part(context, store, blend, scope, models, partition, config.force),
-            check=lambda partition: [check_scored_ids(store, scope, partition)])
+        built: list[tuple[str, dict]] = []
+        with logged_lineage(context, lineage, store, blend, scope, "nll_scores", built):
+            yield from materialize_partitions(
+                context, dg.AssetKey(scope.key("nll_scores")), context.partition_keys,
+                build=recording(built, lambda partition: score_part(context, store, blend, scope, models, partition,
+                                                                    config.force)),
+                check=lambda partition: [check_scored_ids(store, scope, partition)])
 
     @partitioned_asset(
         scope.key("embeddings"), group=scope.group, partitions_def=view_partitions, kinds={"parquet", "pytorch"},
@@ -106,12 +123,16 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
         description="One sentence embedding per row of one embedding view of a scored pool (scoring.embedding_model, "
                     "as sentence-transformers computes it).",
     )
-    def embeddings(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
+    def embeddings(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
+                   lineage: WandbLineage):
         store = storage.get()
         models = Models(blend, log=context.log.info)
-        yield from materialize_partitions(
-            context, dg.AssetKey(scope.key("embeddings")), context.partition_keys,
-            build=lambda partition: embed_view(context, store, scope, blend, models, partition, config.force))
+        built: list[tuple[str, dict]] = []
+        with logged_lineage(context, lineage, store, blend, scope, "embeddings", built):
+            yield from materialize_partitions(
+                context, dg.AssetKey(scope.key("embeddings")), context.partition_keys,
+                build=recording(built, lambda partition: embed_view(context, store, scope, blend, models, partition,
+                                                                    config.force)))
 
     @partitioned_asset(
         scope.key("selected_pool"), group=scope.group, partitions_def=selection_partitions, kinds={"parquet"},
@@ -122,12 +143,16 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
                     "highest) or by greedy k-center on the prompt embeddings (<pool>_diverse), laid out as a pool so "
                     "sft.from can name it.",
     )
-    def selected_pool(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
+    def selected_pool(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
+                      lineage: WandbLineage):
         store = storage.get()
         models = Models(blend, log=context.log.info)
-        yield from materialize_partitions(
-            context, dg.AssetKey(scope.key("selected_pool")), context.partition_keys,
-            build=lambda partition: select_rows(context, store, scope, blend, models, partition, config.force))
+        built: list[tuple[str, dict]] = []
+        with logged_lineage(context, lineage, store, blend, scope, "selected_pool", built):
+            yield from materialize_partitions(
+                context, dg.AssetKey(scope.key("selected_pool")), context.partition_keys,
+                build=recording(built, lambda partition: select_rows(context, store, scope, blend, models,
+                                                                     partition, config.force)))
 
     @dg.asset(
         key=scope.key("near_duplicate_report"), group_name=scope.group, partitions_def=blend_partitions,
@@ -136,18 +161,82 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
         description="Pairs of rows whose embeddings have cosine >= scoring.near_dup_threshold, within each view of "
                     "each scored pool, found by blocked matrix products (never the n x n matrix).",
     )
-    def near_duplicate_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
+    def near_duplicate_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
+                              lineage: WandbLineage):
         store = storage.get()
         sample, _ = scope.split(context.partition_keys[0]) if scope.samples else (None, None)
         with permanent_errors_fail_at_once():
             outcome, summary = materialize_near_duplicates(store, blend, scope.base(sample),
                                                            Models(blend, log=context.log.info), config.force)
-        return dg.MaterializeResult(metadata={
-            "status": dg.MetadataValue.text(outcome.status),
-            "pairs": dg.MetadataValue.int(outcome.receipt.stats["rows"]),
-            "report": dg.MetadataValue.md(summary)})
+        metadata = {"status": dg.MetadataValue.text(outcome.status),
+                    "pairs": dg.MetadataValue.int(outcome.receipt.stats["rows"]),
+                    "report": dg.MetadataValue.md(summary)}
+        if not scope.samples:
+            lineage.log_scores(context, store, blend.name, "near_duplicate_report",
+                               scores_lineage(store, blend, "near_duplicate_report", []),
+                               [("near_duplicate_report", metadata)])
+        return dg.MaterializeResult(metadata=metadata)
 
     return ScoringAssets(nll_scores, embeddings, selected_pool, near_duplicate_report, part_partitions)
+
+
+# --- lineage ------------------------------------------------------------------------------------------------------
+def recording(built: list[tuple[str, dict]], build: Callable[[str], dict]) -> Callable[[str], dict]:
+    """``build``, keeping each partition it built (or found up to date) and its metadata in ``built``."""
+    def record(partition: str) -> dict:
+        metadata = build(partition)
+        built.append((partition, metadata))
+        return metadata
+
+    return record
+
+
+@contextlib.contextmanager
+def logged_lineage(context: dg.AssetExecutionContext, lineage: WandbLineage, store: Storage, blend: Blend,
+                   scope: Scope, asset: str, built: list[tuple[str, dict]]) -> Iterator[None]:
+    """After the block (also when a partition failed): a full build's W&B lineage of the partitions in ``built``."""
+    try:
+        yield
+    finally:
+        if not scope.samples and built:
+            lineage.log_scores(context, store, blend.name, asset,
+                               scores_lineage(store, blend, asset, [partition for partition, _ in built]), built)
+
+
+def scores_lineage(store: Storage, blend: Blend, asset: str, partitions: list[str]
+                   ) -> list[tuple[ReceiptArtifact, list[ScoresInput]]]:
+    """The artifacts a run of ``asset`` over ``partitions`` logs, each with what it was computed from (the
+    module docstring of resources/wandb_lineage.py). A full build's outputs lie under the blend's name."""
+    base = blend.name
+    if asset == "nll_scores":
+        pools = sorted({PoolPartKey.parse(partition).pool for partition in partitions})
+        return [(nll_artifact(store, base, pool), [CandidatePoolInput(pool)]) for pool in pools]
+    if asset == "embeddings":
+        return [(embeddings_artifact(base, *split_view_key(key)), [CandidatePoolInput(split_view_key(key)[1])])
+                for key in partitions]
+    if asset == "selected_pool":
+        outputs = []
+        for name in partitions:
+            pool, kind = split_selection(name)
+            used = embeddings_artifact(base, DIVERSE_VIEW, pool) if kind == DIVERSE else nll_artifact(store, base, pool)
+            selection = ReceiptArtifact(f"{base}-pool-{name}", "selected-pool", (prefix_of(pool_path(base, name)),))
+            outputs.append((selection, [used]))
+        return outputs
+    report = ReceiptArtifact(f"{base}-near-duplicates", "near-duplicate-report",
+                             (prefix_of(near_duplicates_path(base)),))
+    return [(report, [embeddings_artifact(base, *split_view_key(key))
+                      for key in embedding_partitions(blend.scoring)])]
+
+
+def nll_artifact(store: Storage, base: str, pool: str) -> ReceiptArtifact:
+    """Every scored part of a pool."""
+    parts = pool_part_numbers(store, base, pool)
+    return ReceiptArtifact(f"{base}-nll-{pool}", "nll-scores",
+                           tuple(nll_prefix(base, PoolPartKey(pool, part)) for part in parts))
+
+
+def embeddings_artifact(base: str, view: str, pool: str) -> ReceiptArtifact:
+    return ReceiptArtifact(f"{base}-embeddings-{view}-{pool}", "embeddings", (embedding_prefix(base, view, pool),))
 
 
 # --- the steps ----------------------------------------------------------------------------------------------------

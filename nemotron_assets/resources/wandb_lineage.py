@@ -18,6 +18,13 @@ Packed SFT: the sft_manifest run uses the Harmony shards artifact of every famil
 (type sft-packed: manifest.json, packing_metadata.json and the manifest's receipt, checksummed; every packed shard's
 receipt, checksummed, and its two Parquet files and each split's .npy by reference).
 
+Scoring: each nll_scores run uses the artifact of every candidate pool it scored and logs ``<blend>-nll-<pool>``
+(type nll-scores: every scored part of the pool, receipt and Parquet); each embeddings run uses the pools and logs
+``<blend>-embeddings-<view>-<pool>`` (type embeddings); each selected_pool run uses the NLL scores (``_easy``,
+``_hard``) or the prompt embeddings (``_diverse``) of its pool and logs ``<blend>-pool-<selection>`` (type
+selected-pool: the selection's Parquet, receipt and manifest.json); the near_duplicate_report run uses every
+embeddings artifact and logs ``<blend>-near-duplicates`` (type near-duplicate-report: the pairs and the summary).
+
 Off by default (``NEMOTRON_WANDB=1`` or ``enabled=True`` turns it on); off, it does nothing and never imports
 wandb (``pip install -e '.[lineage]'``). Artifacts hold references, never copies: ``file://`` or ``s3://``
 URLs. Small local files (receipts, manifests, blend.json) are checksummed by W&B, so a rebuilt shard gives a
@@ -89,6 +96,27 @@ class Reference:
     checksum: bool  # let W&B hash the file (small local files only)
 
 
+@dataclass(frozen=True)
+class ReceiptArtifact:
+    """An artifact made of the outputs of one or more receipts: each receipt (checksummed) and the files it lists
+    (small text files checksummed, data files referenced by URL only). ``prefixes``: the receipts' storage prefixes,
+    relative to the root; a prefix without a receipt (not built yet) adds nothing."""
+
+    name: str
+    type: str
+    prefixes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CandidatePoolInput:
+    """A candidate pool used as an input: its artifact as the candidate_pool run logged it (`pool_artifact`)."""
+
+    pool: str
+
+
+ScoresInput = ReceiptArtifact | CandidatePoolInput
+
+
 class WandbLineage(dg.ConfigurableResource):
     enabled: bool = Field(False, description="Log W&B lineage artifacts (also: NEMOTRON_WANDB=1).")
     project: str = Field("nemotron-assets", description="W&B project of the lineage runs.")
@@ -127,20 +155,12 @@ class WandbLineage(dg.ConfigurableResource):
         metadata))."""
         if not self.enabled:
             return
-        import wandb
-
         with self._run(context, blend, "candidate_pool") as (run, use):
             for dataset, manifest in manifests.items():
                 use(shards_artifact(store, blend, dataset, manifest, HARMONY_SHARDS))
             for pool, metadata in pools:
-                artifact = wandb.Artifact(_name(f"{blend}-pool-{pool}"), type="candidate-pool",
-                                          metadata={"pool": pool, "dagster_run_id": context.run_id,
-                                                    **_plain(metadata)})
-                data = pool_path(blend, pool)
-                _add(artifact, [_reference(store, data, checksum=False),
-                                _reference(store, data.rsplit(".", 1)[0] + ".json", checksum=True),
-                                _reference(store, f"{pool_dir(blend, pool)}/manifest.json", checksum=True)])
-                run.log_artifact(artifact)
+                run.log_artifact(pool_artifact(store, blend, pool, {"pool": pool, "dagster_run_id": context.run_id,
+                                                                    **_plain(metadata)}))
 
     def log_jsonl_manifest(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
                            manifests: dict) -> None:
@@ -181,6 +201,23 @@ class WandbLineage(dg.ConfigurableResource):
                                _reference(store, f"{prefix}.samples.parquet", checksum=False)]
             _add(artifact, references)
             run.log_artifact(artifact)
+
+    def log_scores(self, context: dg.AssetExecutionContext, store: Storage, blend: str, job_type: str,
+                   outputs: Sequence[tuple[ReceiptArtifact, Sequence[ScoresInput]]],
+                   partitions: Sequence[tuple[str, dict]]) -> None:
+        """One W&B run for a scoring run (``job_type``: its asset): each output artifact is logged after the
+        artifacts it was computed from are declared used. ``partitions``: (partition, metadata) of this run, kept
+        in every output's metadata."""
+        if not self.enabled:
+            return
+        ran = {partition: _plain(metadata) for partition, metadata in partitions}
+        with self._run(context, blend, job_type) as (run, use):
+            for output, inputs in outputs:
+                for used in inputs:
+                    use(pool_artifact(store, blend, used.pool) if isinstance(used, CandidatePoolInput)
+                        else receipt_artifact(store, used))
+                run.log_artifact(receipt_artifact(store, output, {"dagster_run_id": context.run_id,
+                                                                  "partitions_in_run": ran}))
 
     def log_blend(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
                   outputs: Iterable[str], manifests: dict) -> None:
@@ -258,6 +295,37 @@ def shards_artifact(store: Storage, blend: str, dataset: str, manifest, outputs:
                                         "shards_done": len(receipts),
                                         outputs.total: sum(r[outputs.total] for r in receipts.values()),
                                         "shards": receipts})
+    _add(artifact, references)
+    return artifact
+
+
+def pool_artifact(store: Storage, blend: str, pool: str, metadata: dict | None = None):
+    """``<blend>-pool-<pool>``: the pool's Parquet (by reference), its receipt and manifest.json (checksummed)."""
+    import wandb
+
+    artifact = wandb.Artifact(_name(f"{blend}-pool-{pool}"), type="candidate-pool", metadata=metadata or {})
+    data = pool_path(blend, pool)
+    _add(artifact, [_reference(store, data, checksum=False),
+                    _reference(store, data.rsplit(".", 1)[0] + ".json", checksum=True),
+                    _reference(store, f"{pool_dir(blend, pool)}/manifest.json", checksum=True)])
+    return artifact
+
+
+def receipt_artifact(store: Storage, described: ReceiptArtifact, metadata: dict | None = None):
+    """The artifact `described` names, from the receipts found now; their stats go into the metadata."""
+    import wandb
+
+    references, stats = [], {}
+    for prefix in described.prefixes:
+        receipt = read_receipt(store, prefix)
+        if receipt is None:
+            continue
+        stats[prefix] = receipt.stats
+        references.append(_reference(store, f"{prefix}.json", checksum=True))
+        references += [_reference(store, output_path(prefix, name), checksum=name.endswith((".json", ".md")))
+                       for name in sorted(receipt.files)]
+    artifact = wandb.Artifact(_name(described.name), type=described.type,
+                              metadata={**(metadata or {}), "receipts": _plain(stats)})
     _add(artifact, references)
     return artifact
 

@@ -55,8 +55,10 @@ def scoring_settings(model: Path, **changes) -> ScoringSettings:
 
 
 class ScoringPipeline:
-    def __init__(self, root: Path, instance: dg.DagsterInstance, blend: Blend) -> None:
+    def __init__(self, root: Path, instance: dg.DagsterInstance, blend: Blend,
+                 lineage: WandbLineage | None = None) -> None:
         self.root, self.instance, self.blend = root, instance, blend
+        self.lineage = lineage or WandbLineage()
         scope = Scope(blend.name)
         pretrain = build_pretrain_assets(blend, SAMPLE, scope)
         self.source_split = pretrain.source_split
@@ -69,7 +71,7 @@ class ScoringPipeline:
         tags = {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]} \
             if partitions else {}
         return dg.materialize(self.definitions, selection=[asset.key], instance=self.instance, tags=tags,
-                              resources={"storage": StorageResource(root=str(self.root)), "lineage": WandbLineage()})
+                              resources={"storage": StorageResource(root=str(self.root)), "lineage": self.lineage})
 
     def upstream(self) -> None:
         self.run(self.source_split, self.families)

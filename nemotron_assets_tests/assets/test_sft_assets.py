@@ -41,8 +41,10 @@ PACK_SIZE = 1024
 class SftPipeline:
     """The blend's source split, Harmony path and packed SFT (full build, or the sample twins of ``sample``)."""
 
-    def __init__(self, root: Path, instance: dg.DagsterInstance, blend=None, sample: str | None = None) -> None:
+    def __init__(self, root: Path, instance: dg.DagsterInstance, blend=None, sample: str | None = None,
+                 lineage: WandbLineage | None = None) -> None:
         self.blend = blend or load_blend(SAMPLE)
+        self.lineage = lineage or WandbLineage()
         self.sample, self.root, self.instance = sample, root, instance
         scope = Scope(self.blend.name, samples=sample is not None)
         self.scope = scope
@@ -64,7 +66,7 @@ class SftPipeline:
         return dg.materialize(self.definitions, selection=[asset.key], instance=self.instance, tags=tags,
                               raise_on_error=raise_on_error, partition_key=None if partitions or not self.sample
                               else self.sample,
-                              resources={"storage": StorageResource(root=str(self.root)), "lineage": WandbLineage()})
+                              resources={"storage": StorageResource(root=str(self.root)), "lineage": self.lineage})
 
     def keys(self, partitions: dg.PartitionsDefinition) -> list[str]:
         return self.instance.get_dynamic_partitions(partitions.name)
