@@ -6,6 +6,7 @@ import struct
 import sys
 
 import dagster as dg
+import pyarrow.parquet as pq
 import pytest
 
 from nemotron_assets.resources.wandb_lineage import WandbLineage
@@ -274,20 +275,30 @@ def test_jsonl_runs_link_source_manifests_to_shard_artifacts_to_the_manifest_art
 @pytest.fixture(scope="module")
 def scoring_lineage(tmp_path_factory):
     """The post-training sample with a scoring: section (a tiny random Llama, the bundled MiniLM) materialized once
-    with lineage on (offline): the pools, then the four scoring assets."""
+    with lineage on (offline): the pools, the four scoring assets, then packed SFT from the easy selection."""
+    from nemotron_assets.assets.sft import build_sft_assets
     from nemotron_assets.blend import load_blend
-    from nemotron_assets_tests.assets.test_scoring_assets import SAMPLE, ScoringPipeline, scoring_settings
+    from nemotron_assets.partitions import Scope
+    from nemotron_assets_tests.assets.test_scoring_assets import POOL, SAMPLE, ScoringPipeline, scoring_settings
     from nemotron_assets_tests.scoring.conftest import build_tiny_llama
 
     tmp = tmp_path_factory.mktemp("scoring_lineage")
     model = build_tiny_llama(tmp / "model")
-    blend = load_blend(SAMPLE).model_copy(update={"scoring": scoring_settings(model), "sft": None})
+    sample = load_blend(SAMPLE)
+    blend = sample.model_copy(update={"scoring": scoring_settings(model),
+                                      "sft": sample.sft.model_copy(update={"from_": [f"{POOL}_easy"]})})
 
     def build(root, lineage):
         with dg.instance_for_test() as instance:
             pipeline = ScoringPipeline(root, instance, blend, lineage=lineage)
+            sft = build_sft_assets(blend, pipeline.harmony, Scope(blend.name))
+            pipeline.definitions += sft.definitions
             pipeline.upstream()
             pipeline.scores()
+            pipeline.run(sft.sft_samples, instance.get_dynamic_partitions(pipeline.harmony.shard_partitions.name))
+            pipeline.run(sft.sft_plan)
+            pipeline.run(sft.sft_packed, instance.get_dynamic_partitions(sft.shard_partitions.name))
+            pipeline.run(sft.sft_manifest)
 
     return (*_build_with_lineage(tmp, build), blend)
 
@@ -337,6 +348,26 @@ def test_scoring_runs_link_pools_to_scores_and_scores_to_selections_and_the_repo
     [report] = logged.values()
     assert report.name == f"{name}-near-duplicates" and report.type == "near-duplicate-report"
     assert sorted(entries(report)) == [f"{name}/scores/near_duplicates{ext}" for ext in (".json", ".md", ".parquet")]
+
+
+def test_packed_sft_from_a_selection_uses_the_selection_it_was_packed_from(scoring_lineage):
+    from nemotron_assets_tests.assets.test_scoring_assets import POOL
+
+    root, folder, blend = scoring_lineage
+    runs = offline_runs(folder)
+    _, selections = used_and_logged(runs["selected_pool"][0])
+    easy = selections[f"{blend.name}-pool-{POOL}_easy"]
+    used, logged = used_and_logged(runs["sft_manifest"][0])
+    assert used[easy.name] == easy.digest  # the version the selection run logged
+    assert {name for name in used if name != easy.name} == {
+        f"{blend.name}-{e.name}-harmony" for e in blend.datasets_of("harmony")}
+    assert [a.type for a in logged.values()] == ["sft-packed"]
+    # the packed rows are the selection's: what the lineage says was read is what was read
+    selected = set(pq.read_table(root / blend.name / "pools" / f"{POOL}_easy" / "part-00000.parquet",
+                                 columns=["id"]).column("id").to_pylist())
+    packed = {row for listing in (root / blend.name / "sft").glob("*/shard_?????.samples.parquet")
+              for row in pq.read_table(listing, columns=["id"]).column("id").to_pylist()}
+    assert packed and packed <= selected
 
 
 @pytest.fixture(scope="module")

@@ -31,10 +31,16 @@ from nemotron_assets.assets.reporting import (
 )
 from nemotron_assets.assets.scoring_parts import SAMPLE_PARTS
 from nemotron_assets.blend import Blend
-from nemotron_assets.layout import PoolPartKey, near_duplicates_path, nll_scores_path, pool_dir, pool_path
+from nemotron_assets.layout import PoolPartKey, near_duplicates_path, nll_scores_path, pool_dir
 from nemotron_assets.partitions import Scope, scored_pool_parts_name
 from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import CandidatePoolInput, ReceiptArtifact, ScoresInput, WandbLineage
+from nemotron_assets.resources.wandb_lineage import (
+    CandidatePoolInput,
+    ReceiptArtifact,
+    ScoresInput,
+    WandbLineage,
+    selection_artifact,
+)
 from nemotron_assets.scoring.inputs import (
     DIVERSE_VIEW,
     embedding_partitions,
@@ -219,8 +225,7 @@ def scores_lineage(store: Storage, blend: Blend, asset: str, partitions: list[st
         for name in partitions:
             pool, kind = split_selection(name)
             used = embeddings_artifact(base, DIVERSE_VIEW, pool) if kind == DIVERSE else nll_artifact(store, base, pool)
-            selection = ReceiptArtifact(f"{base}-pool-{name}", "selected-pool", (prefix_of(pool_path(base, name)),))
-            outputs.append((selection, [used]))
+            outputs.append((selection_artifact(base, name), [used]))
         return outputs
     report = ReceiptArtifact(f"{base}-near-duplicates", "near-duplicate-report",
                              (prefix_of(near_duplicates_path(base)),))

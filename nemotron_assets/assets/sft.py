@@ -39,7 +39,12 @@ from nemotron_assets.layout import (
 from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, sft_partitions_name
 from nemotron_assets.records import Receipt, require_manifest
 from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
+from nemotron_assets.resources.wandb_lineage import (
+    CandidatePoolInput,
+    ScoresInput,
+    WandbLineage,
+    selection_artifact,
+)
 from nemotron_assets.sft.split import SPLITS
 from nemotron_assets.sft.steps.inputs import chat_identity, current_plan
 from nemotron_assets.sft.steps.manifest_step import ManifestOutcome, materialize_manifest
@@ -181,10 +186,19 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
             files = [f"{sft_dir(base)}/{name}" for name in outcome.receipt.files]
             files.append(sft_manifest_prefix(base) + ".json")
             shards = [sft_packed_prefix(base, SftShardKey.parse(key)) for key in outcome.receipt.inputs["shards"]]
-            lineage.log_sft(context, store, blend.name, metadata, manifests, files, shards)
+            lineage.log_sft(context, store, blend.name, metadata, manifests, files, shards, pools_read(blend))
         return dg.MaterializeResult(metadata=metadata)
 
     return SftAssets(sft_samples, sft_plan, sft_packed, sft_manifest, shard_partitions)
+
+
+def pools_read(blend: Blend) -> list[ScoresInput]:
+    """The pools ``sft.from`` names, as lineage inputs: a scoring selection's artifact, or a candidate pool's."""
+    if blend.sft is None or blend.sft.from_ == "all":
+        return []
+    selections = set(blend.scoring.selections()) if blend.scoring is not None else set()
+    return [selection_artifact(blend.name, name) if name in selections else CandidatePoolInput(name)
+            for name in blend.sft.from_]
 
 
 def reads_selections(blend: Blend) -> bool:

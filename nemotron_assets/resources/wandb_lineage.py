@@ -14,9 +14,10 @@ candidate-pool: the pool's Parquet part, receipt and manifest.json). So does the
 uses the source manifests and logs ``<blend>-<dataset>-jsonl`` (type jsonl-shards: every finished shard's receipt
 and the JSONL files it lists), and the jsonl_manifest run uses those and logs ``<blend>-jsonl`` (type
 jsonl-manifest: manifest.json and its receipt).
-Packed SFT: the sft_manifest run uses the Harmony shards artifact of every family dataset and logs ``<blend>-sft``
-(type sft-packed: manifest.json, packing_metadata.json and the manifest's receipt, checksummed; every packed shard's
-receipt, checksummed, and its two Parquet files and each split's .npy by reference).
+Packed SFT: the sft_manifest run uses the Harmony shards artifact of every family dataset (and, when ``sft.from``
+names pools, each of them: a candidate pool's or a selection's artifact) and logs ``<blend>-sft`` (type sft-packed:
+manifest.json, packing_metadata.json and the manifest's receipt, checksummed; every packed shard's receipt,
+checksummed, and its two Parquet files and each split's .npy by reference).
 
 Scoring: each nll_scores run uses the artifact of every candidate pool it scored and logs ``<blend>-nll-<pool>``
 (type nll-scores: every scored part of the pool, receipt and Parquet); each embeddings run uses the pools and logs
@@ -180,11 +181,13 @@ class WandbLineage(dg.ConfigurableResource):
             run.log_artifact(artifact)
 
     def log_sft(self, context: dg.AssetExecutionContext, store: Storage, blend: str, metadata: dict,
-                manifests: dict, files: Iterable[str], shards: Iterable[str]) -> None:
+                manifests: dict, files: Iterable[str], shards: Iterable[str],
+                pools: Sequence[ScoresInput] = ()) -> None:
         """One W&B run for an sft_manifest materialization: uses the Harmony shards artifact of every family
-        dataset (``manifests``: dataset -> SourceManifest) and logs ``<blend>-sft``. ``files``: the manifest's
-        files (manifest.json, packing_metadata.json, the .npy), ``shards``: the packed shards' storage prefixes,
-        both relative to the storage root."""
+        dataset (``manifests``: dataset -> SourceManifest) and the artifact of each pool ``sft.from`` names
+        (``pools``), and logs ``<blend>-sft``. ``files``: the manifest's files (manifest.json,
+        packing_metadata.json, the .npy), ``shards``: the packed shards' storage prefixes, both relative to the
+        storage root."""
         if not self.enabled:
             return
         import wandb
@@ -192,6 +195,8 @@ class WandbLineage(dg.ConfigurableResource):
         with self._run(context, blend, "sft_manifest") as (run, use):
             for dataset, manifest in manifests.items():
                 use(shards_artifact(store, blend, dataset, manifest, HARMONY_SHARDS))
+            for pool in pools:
+                use(input_artifact(store, blend, pool))
             artifact = wandb.Artifact(_name(f"{blend}-sft"), type="sft-packed",
                                       metadata={"dagster_run_id": context.run_id, **_plain(metadata)})
             references = [_reference(store, relative, checksum=not relative.endswith(".npy")) for relative in files]
@@ -214,8 +219,7 @@ class WandbLineage(dg.ConfigurableResource):
         with self._run(context, blend, job_type) as (run, use):
             for output, inputs in outputs:
                 for used in inputs:
-                    use(pool_artifact(store, blend, used.pool) if isinstance(used, CandidatePoolInput)
-                        else receipt_artifact(store, used))
+                    use(input_artifact(store, blend, used))
                 run.log_artifact(receipt_artifact(store, output, {"dagster_run_id": context.run_id,
                                                                   "partitions_in_run": ran}))
 
@@ -309,6 +313,16 @@ def pool_artifact(store: Storage, blend: str, pool: str, metadata: dict | None =
                     _reference(store, data.rsplit(".", 1)[0] + ".json", checksum=True),
                     _reference(store, f"{pool_dir(blend, pool)}/manifest.json", checksum=True)])
     return artifact
+
+
+def selection_artifact(blend: str, name: str) -> ReceiptArtifact:
+    """``<blend>-pool-<selection>``: a scoring selection (``<pool>_easy``, ...), laid out as a pool."""
+    return ReceiptArtifact(f"{blend}-pool-{name}", "selected-pool", (pool_path(blend, name).rsplit(".", 1)[0],))
+
+
+def input_artifact(store: Storage, blend: str, used: ScoresInput):
+    return pool_artifact(store, blend, used.pool) if isinstance(used, CandidatePoolInput) \
+        else receipt_artifact(store, used)
 
 
 def receipt_artifact(store: Storage, described: ReceiptArtifact, metadata: dict | None = None):
