@@ -177,7 +177,7 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
         metadata = {"status": dg.MetadataValue.text(outcome.status),
                     "pairs": dg.MetadataValue.int(outcome.receipt.stats["rows"]),
                     "report": dg.MetadataValue.md(summary)}
-        if not scope.samples:
+        if lineage.enabled and not scope.samples:
             lineage.log_scores(context, store, blend.name, "near_duplicate_report",
                                scores_lineage(store, blend, "near_duplicate_report", []),
                                [("near_duplicate_report", metadata)])
@@ -200,11 +200,12 @@ def recording(built: list[tuple[str, dict]], build: Callable[[str], dict]) -> Ca
 @contextlib.contextmanager
 def logged_lineage(context: dg.AssetExecutionContext, lineage: WandbLineage, store: Storage, blend: Blend,
                    scope: Scope, asset: str, built: list[tuple[str, dict]]) -> Iterator[None]:
-    """After the block (also when a partition failed): a full build's W&B lineage of the partitions in ``built``."""
+    """After the block (also when a partition failed): a full build's W&B lineage of the partitions in ``built``
+    (described only when lineage is on: describing lists the scored parts on storage)."""
     try:
         yield
     finally:
-        if not scope.samples and built:
+        if lineage.enabled and not scope.samples and built:
             lineage.log_scores(context, store, blend.name, asset,
                                scores_lineage(store, blend, asset, [partition for partition, _ in built]), built)
 
