@@ -7,7 +7,10 @@
 Conversations are cut from the real-text corpus (``bash bench/baselines/make_corpus.sh``), deterministically: a
 document's paragraphs are taken in order, a user turn is one paragraph and the assistant's reply the next 3 to 12;
 a conversation has 1 to 3 such turns, every 5th starts with a system message and every 4th has reasoning on each
-reply (so it is split into one sample per user turn). Each side runs in its own fresh process, one after the other:
+reply (so it is split into one sample per user turn). A conversation with a user paragraph that is only ``-`` is
+skipped: the product drops placeholder prompts (``quality_placeholder_prompt``), so the end-to-end benchmark would
+otherwise render fewer samples than the baseline (18 of the full corpus's conversations). Each side runs in its own
+fresh process, one after the other:
 
 1. ours, Llama-3 + a tagged Llama-3-style template (``nemotron_assets_tests/sft/fixtures/llama3_tagged.jinja``):
    `pool.samples_in_processes` with ``--workers`` processes, batches of ``--batch`` conversations;
@@ -63,6 +66,8 @@ def conversations(path: Path, limit: int | None, repeat: int) -> Iterator[tuple[
                             reply["reasoning_content"] = "The user asks about: " + paragraphs[at][:300]
                         messages += [{"role": "user", "content": paragraphs[at]}, reply]
                         at += 1 + size
+                    if any(m["role"] == "user" and m["content"].strip() == "-" for m in messages):
+                        continue  # a placeholder prompt (module docstring)
                     yield messages, None
                     count += 1
                     if limit is not None and count >= limit:

@@ -49,7 +49,7 @@ from nemotron_assets.sft.split import SPLITS
 from nemotron_assets.sft.steps.inputs import chat_identity, current_plan
 from nemotron_assets.sft.steps.manifest_step import ManifestOutcome, materialize_manifest
 from nemotron_assets.sft.steps.pack_checks import CHECKS, check_packed_shard
-from nemotron_assets.sft.steps.pack_step import PackedOutcome, materialize_packed
+from nemotron_assets.sft.steps.pack_step import PackedOutcome, ShardSamples, materialize_packed
 from nemotron_assets.sft.steps.plan_step import PlanOutcome, materialize_plan
 from nemotron_assets.sft.steps.samples_step import SamplesOutcome, materialize_samples
 from nemotron_assets.storage import Storage
@@ -133,7 +133,7 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
     def sft_packed(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
         plans: dict[str, Receipt] = {}
-        read_by_build: dict[str, dict] = {}  # partition -> the samples its build read, for its checks right after
+        read_by_build: dict[str, ShardSamples] = {}  # partition -> the samples its build read, for its checks next
 
         def plan_of(base: str) -> Receipt:
             if base not in plans:

@@ -186,6 +186,24 @@ class PackStats:
         self.min_bin_positions = positions if self.min_bin_positions is None else min(self.min_bin_positions, positions)
         self.licenses.update(license or "unknown" for license in licenses)
 
+    def count_laid_out(self, bins: "LaidOutBins", licenses: Iterable[str | None]) -> None:
+        """`count_bin` of every bin at once, for samples stored as they are (offered, packed, none padded or
+        truncated): the same counts."""
+        lengths, positions = bins.lengths, bins.positions
+        self.samples_in += len(lengths)
+        self.samples += len(lengths)
+        self.bins += bins.bins
+        self.tokens += len(bins.input_ids)
+        self.positions += int(positions.sum())
+        self.trained_tokens += int(np.count_nonzero(bins.loss_mask))
+        if bins.bins:
+            self.max_samples_per_bin = max(self.max_samples_per_bin, int(np.diff(bins.bin_bounds).max()))
+            fewest = int(positions.min())
+            self.min_bin_positions = fewest if self.min_bin_positions is None else min(self.min_bin_positions, fewest)
+        if len(lengths):
+            self.max_sample_positions = max(self.max_sample_positions, int(lengths.max()) - 1)
+        self.licenses.update(license or "unknown" for license in licenses)
+
     def merge(self, other: "PackStats") -> None:
         if other.pack_size != self.pack_size:
             raise ValueError(f"cannot merge packing stats of pack_size {other.pack_size} into {self.pack_size}")
@@ -403,6 +421,61 @@ def build_bin(members: Sequence[PreparedSample]) -> PackedBin:
                              int(start), int(length), r.truncated, int(r.sample.sample))
                    for r, start, length in zip(members, starts, lengths))
     return PackedBin(input_ids, loss_mask, starts.astype(np.int32), placed)
+
+
+@dataclass(frozen=True)
+class LaidOutBins:
+    """Consecutive bins as flat arrays: what `build_bin` makes one bin at a time, for many bins at once (a packed
+    shard whose samples are stored as they are: pack_step.py). Sample ``i`` is ``input_ids[sample_bounds[i] :
+    sample_bounds[i + 1]]``; bin ``b`` holds samples ``bin_bounds[b]`` to ``bin_bounds[b + 1] - 1``."""
+
+    input_ids: np.ndarray  # int32, every bin's tokens end to end
+    loss_mask: np.ndarray  # uint8, shifted inside each sample
+    sample_bounds: np.ndarray  # int64, samples + 1
+    bin_bounds: np.ndarray  # int64, bins + 1
+
+    @property
+    def bins(self) -> int:
+        return len(self.bin_bounds) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.sample_bounds)
+
+    @property
+    def token_bounds(self) -> np.ndarray:
+        """Where each bin's tokens start in ``input_ids`` (bins + 1: the total last)."""
+        return self.sample_bounds[self.bin_bounds]
+
+    @property
+    def seq_start_id(self) -> np.ndarray:
+        """Each sample's start inside its bin (int32): the bins' ``seq_start_id`` lists, end to end."""
+        bin_start = np.repeat(self.token_bounds[:-1], np.diff(self.bin_bounds))
+        return (self.sample_bounds[:-1] - bin_start).astype(np.int32)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """sum(L_i - 1) of each bin: its tokens minus its samples."""
+        return np.diff(self.token_bounds) - np.diff(self.bin_bounds)
+
+
+def lay_out_bins(input_ids: np.ndarray, assistant_mask: np.ndarray, lengths: np.ndarray,
+                 bin_sizes: np.ndarray) -> LaidOutBins:
+    """Bins from samples already in bin order, stored as they are (no truncation, no padding): ``input_ids`` and the
+    unshifted ``assistant_mask`` of every sample end to end, each sample's length, and how many samples each bin
+    takes in turn. The mask is shifted inside each sample exactly as `build_bin` does."""
+    sample_bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=sample_bounds[1:])
+    bin_bounds = np.zeros(len(bin_sizes) + 1, dtype=np.int64)
+    np.cumsum(bin_sizes, out=bin_bounds[1:])
+    if sample_bounds[-1] != len(input_ids) or len(assistant_mask) != len(input_ids) or bin_bounds[-1] != len(lengths):
+        raise ValueError(f"{len(lengths)} samples of {sample_bounds[-1]} tokens in {len(bin_sizes)} bins of "
+                         f"{bin_bounds[-1]} samples cannot lay out {len(input_ids)} ids and {len(assistant_mask)} "
+                         "mask values")
+    loss_mask = np.zeros(len(assistant_mask), dtype=np.uint8)
+    loss_mask[:-1] = assistant_mask[1:]
+    loss_mask[sample_bounds[1:] - 1] = 0  # a sample's last position predicts nothing
+    return LaidOutBins(np.asarray(input_ids, dtype=np.int32), loss_mask, sample_bounds, bin_bounds)
 
 
 def pack_samples(samples: Iterable[PackSample], settings: PackSettings, stats: PackStats | None = None,

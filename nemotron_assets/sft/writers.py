@@ -66,7 +66,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nemotron_assets.sft.packing import PackedBin, PackSettings, PackStats, SampleKey, bin_problems, sample_digest
+from nemotron_assets.sft.packing import (
+    LaidOutBins,
+    PackedBin,
+    PackSettings,
+    PackStats,
+    SampleKey,
+    bin_problems,
+    sample_digest,
+)
 
 PACKED_SCHEMA = pa.schema([
     ("input_ids", pa.list_(pa.int32())),
@@ -185,12 +193,17 @@ class PackedShardWriter:
             "source_row": [m.source_row for _, m in members],
             "copy": [m.copy for _, m in members], "truncated": [m.truncated for _, m in members],
         }, schema=SAMPLES_SCHEMA)
+        values, self._group, self._group_values = self._group_values, [], 0
+        self.write_row_group(table, listing, values)
+
+    def write_row_group(self, table: pa.Table, listing: pa.Table, values: int) -> None:
+        """Write one row group that is ready: ``table`` (`PACKED_SCHEMA`, a row per bin, ``values`` tokens) and its
+        samples' ``listing`` (`SAMPLES_SCHEMA`, ``bin`` counted from this shard's first bin)."""
         self._wait()
         self._writing = self._encoder.submit(self._write_group, table, listing)
-        self.bins += len(group)
-        self.samples += len(members)
-        self.tokens += self._group_values
-        self._group, self._group_values = [], 0
+        self.bins += table.num_rows
+        self.samples += listing.num_rows
+        self.tokens += values
 
     def _write_group(self, table: pa.Table, listing: pa.Table) -> None:
         self._packed.write_table(table, row_group_size=table.num_rows)
@@ -219,6 +232,53 @@ class PackedShardWriter:
             self._encoder.shutdown(wait=True)
             self._packed.close()
             self._samples.close()
+
+
+def row_group_bounds(bin_tokens: np.ndarray, row_group_bins: int = ROW_GROUP_BINS) -> list[int]:
+    """The first bin of each row group, and the bin count last: where `PackedShardWriter` flushes (every
+    ``row_group_bins`` bins, or early once a group holds `_MAX_GROUP_VALUES` tokens)."""
+    bounds, count, values = [0], 0, 0
+    for index, tokens in enumerate(bin_tokens.tolist()):
+        count, values = count + 1, values + tokens
+        if count >= row_group_bins or values >= _MAX_GROUP_VALUES:
+            bounds.append(index + 1)
+            count = values = 0
+    if bounds[-1] != len(bin_tokens):
+        bounds.append(len(bin_tokens))
+    return bounds
+
+
+def _list_column(bounds: np.ndarray, values: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    """A list<value_type> column whose row i is ``values[bounds[i] - bounds[0] : bounds[i + 1] - bounds[0]]``."""
+    offsets = (bounds - bounds[0]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type), type=pa.list_(value_type))
+
+
+def write_laid_out_shard(bins: LaidOutBins, members: pa.Table, packed_path: Path, samples_path: Path,
+                         row_group_bins: int = ROW_GROUP_BINS) -> ShardFiles:
+    """Write a shard laid out at once (`packing.lay_out_bins`): the same bytes `PackedShardWriter` writes for the
+    same bins one by one. ``members``: per sample, in order, the listing's ``id``, ``sample``, ``dataset``,
+    ``source_row``, ``copy`` and ``truncated`` (``bin``, ``offset`` and ``length`` come from the layout)."""
+    token_bounds, starts, lengths = bins.token_bounds, bins.seq_start_id, bins.lengths.astype(np.int32)
+    with PackedShardWriter(packed_path, samples_path, row_group_bins) as writer:
+        group_bounds = row_group_bounds(np.diff(token_bounds), row_group_bins)
+        for first, end in zip(group_bounds[:-1], group_bounds[1:]):
+            samples = bins.bin_bounds[first : end + 1]
+            tokens = token_bounds[first : end + 1]
+            table = pa.Table.from_arrays([
+                _list_column(tokens, bins.input_ids[tokens[0] : tokens[-1]], pa.int32()),
+                _list_column(tokens, bins.loss_mask[tokens[0] : tokens[-1]], pa.uint8()),
+                _list_column(samples, starts[samples[0] : samples[-1]], pa.int32()),
+            ], schema=PACKED_SCHEMA)
+            here = members.slice(samples[0], samples[-1] - samples[0])
+            listing = pa.Table.from_arrays([
+                pa.array(np.repeat(np.arange(first, end, dtype=np.int64), np.diff(samples))),
+                pa.array(starts[samples[0] : samples[-1]]), pa.array(lengths[samples[0] : samples[-1]]),
+                *(here.column(name).cast(SAMPLES_SCHEMA.field(name).type).combine_chunks()
+                  for name in SAMPLES_SCHEMA.names[3:]),
+            ], schema=SAMPLES_SCHEMA)
+            writer.write_row_group(table, listing, int(tokens[-1] - tokens[0]))
+        return writer.close()
 
 
 def write_packed_shard(bins: Iterable[PackedBin], packed_path: Path, samples_path: Path) -> ShardFiles:

@@ -8,42 +8,57 @@ import pytest
 
 from nemotron_assets.sft.packing import PackSettings, PackStats, build_bin, plan_bins, prepare_sample
 from nemotron_assets.sft.steps import pack_checks
-from nemotron_assets.sft.steps.pack_step import StoredSample
+from nemotron_assets.sft.steps.pack_step import SAMPLE_SCHEMA, ShardSamples
 from nemotron_assets.sft.writers import write_packed_shard
 
-SETTINGS = PackSettings(pack_size=256)
 FILE = "chat/shard_00000"
+#: the shard's planned samples compared at once (stored as they are), or prepared one by one (padded)
+SETTINGS = {"as stored": PackSettings(pack_size=256),
+            "padded": PackSettings(pack_size=256, pad_to_multiple=4, pad_id=0)}
 
 
 def no_truncate(ids, mask, max_tokens):
     raise AssertionError("nothing is over-long here")
 
 
-@pytest.fixture
-def shard(tmp_path):
+def as_read(columns: dict, rows: pa.Table) -> ShardSamples:
+    """The samples (a samples file's columns, row r = sample r) as `pack_step.read_samples` returns them."""
+    table = pa.Table.from_pydict(columns, schema=SAMPLE_SCHEMA)
+    where = rows.column("row").to_numpy().astype(np.int64)
+    return ShardSamples([table], np.zeros(len(where), dtype=np.int64), where)
+
+
+@pytest.fixture(params=list(SETTINGS))
+def shard(tmp_path, request):
     """40 samples (a masked prompt, then a trained answer), planned and written as the packer does."""
+    settings = SETTINGS[request.param]
     rng = np.random.default_rng(7)
-    samples = {}
+    columns = {name: [] for name in SAMPLE_SCHEMA.names}
     for row in range(40):
         length = int(rng.integers(4, 120))
         answer = int(rng.integers(2, length))
         mask = np.zeros(length, dtype=np.uint8)
         mask[answer:] = 1
-        samples[(FILE, row)] = StoredSample(f"id{row}", "chat", 0, None, row, rng.integers(0, 9000, length,
-                                            dtype=np.int32), mask, np.array([1, answer], dtype=np.int32))
-    stored = list(samples.values())
-    bins = plan_bins([len(s.input_ids) - 1 for s in stored], SETTINGS)
-    stats = PackStats(pack_size=SETTINGS.pack_size)
-    write_packed_shard((build_bin([prepare_sample(stored[i].pack_sample(0), SETTINGS, stats) for i in members])
-                        for members in bins), tmp_path / "s.parquet", tmp_path / "s.samples.parquet")
+        for name, value in (("id", f"id{row}"), ("dataset", "chat"), ("sample", 0), ("license", None),
+                            ("source_row", row), ("input_ids", rng.integers(0, 9000, length, dtype=np.int32)),
+                            ("assistant_mask", mask), ("masked_spans", np.array([1, answer], dtype=np.int32))):
+            columns[name].append(value)
+    rows = pa.table({"file": [FILE] * 40, "row": list(range(40)), "copy": [0] * 40})
+    stored = list(as_read(columns, rows).by_position(rows).values())
+    stats = PackStats(pack_size=settings.pack_size)
+    ready = [prepare_sample(sample.pack_sample(0), settings, stats) for sample in stored]
+    bins = plan_bins([len(sample.input_ids) - 1 for sample in ready], settings)
+    write_packed_shard((build_bin([ready[i] for i in members]) for members in bins), tmp_path / "s.parquet",
+                       tmp_path / "s.samples.parquet")
     order = [i for members in bins for i in members]
-    rows = pa.table({"file": [FILE] * len(order), "row": order, "copy": [0] * len(order)})
-    return tmp_path / "s.parquet", tmp_path / "s.samples.parquet", rows, samples
+    rows = pa.table({"file": [FILE] * len(order), "row": order, "copy": [0] * len(order),
+                     "length": [len(ready[i].input_ids) for i in order]})
+    return tmp_path / "s.parquet", tmp_path / "s.samples.parquet", rows, columns, settings
 
 
 def all_pass(shard) -> bool:
-    packed, listing, rows, samples = shard
-    return pack_checks._all_pass(packed, listing, rows, samples, SETTINGS, no_truncate)
+    packed, listing, rows, columns, settings = shard
+    return pack_checks._all_pass(packed, listing, rows, as_read(columns, rows), settings, no_truncate)
 
 
 def rewrite(path, change):
@@ -74,11 +89,32 @@ def test_a_listing_that_disagrees_is_left_to_the_per_sample_checks(shard):
 
 
 def test_a_masked_span_over_trained_text_is_left_to_the_per_sample_checks(shard):
-    packed, listing, rows, samples = shard
-    first = samples[(FILE, 0)]
-    samples[(FILE, 0)] = StoredSample(first.id, first.dataset, first.sample, first.license, first.source_row,
-                                      first.input_ids, first.assistant_mask,
-                                      np.array([1, len(first.input_ids)], dtype=np.int32))  # the answer too
+    packed, listing, rows, columns, settings = shard
+    columns["masked_spans"][0] = np.array([1, len(columns["input_ids"][0])], dtype=np.int32)  # the answer too
     assert not all_pass(shard)
-    problems = pack_checks._masked_role_problems(packed, listing, {("chat", s.id, 0): s for s in samples.values()})
+    by_key = {("chat", s.id, 0): s for s in as_read(columns, rows).by_position(rows).values()}
+    problems = pack_checks._masked_role_problems(packed, listing, by_key)
     assert problems and "trained token(s) in masked span" in problems[0]
+
+
+def test_the_at_once_comparison_is_used_only_for_samples_stored_as_they_are(shard):
+    _, _, rows, columns, settings = shard
+    planned = pack_checks._planned_shard(rows, as_read(columns, rows), settings, no_truncate)
+    assert planned is not None and len(planned.keys) == 40
+    padded = settings.pad_to_multiple > 1
+    assert (len(planned.input_ids) > sum(len(ids) for ids in columns["input_ids"])) == padded
+
+
+def test_a_sample_planned_twice_as_the_same_copy_is_left_to_the_per_sample_checks(shard):
+    packed, listing, rows, columns, settings = shard
+    twice = pa.concat_tables([rows, rows.slice(0, 1)])
+    assert pack_checks._planned_shard(twice, as_read(columns, twice), settings, no_truncate) is None
+
+
+@pytest.mark.parametrize("shard", ["as stored"], indirect=True)  # padded samples take a key's spans from its last
+def test_one_key_naming_two_samples_is_left_to_the_per_sample_checks(shard):  # sample, as the per-sample check does
+    packed, listing, rows, columns, settings = shard
+    first, other = rows.column("row")[0].as_py(), rows.column("row")[1].as_py()
+    columns["id"][other] = columns["id"][first]  # another sample under the first one's key, as a second copy
+    copies = rows.set_column(rows.schema.get_field_index("copy"), "copy", pa.array([0, 1] + [0] * (len(rows) - 2)))
+    assert pack_checks._planned_shard(copies, as_read(columns, copies), settings, no_truncate) is None

@@ -88,7 +88,7 @@ def test_the_packer_names_a_samples_file_row_holding_an_impossible_mask_value(sp
     plan_rows = pa.table({"file": ["chat/shard_00000"] * 2, "row": [1, BATCH_ROWS + 3]})
     found = read_samples(store, "blend", plan_rows)
     original = pq.read_table(target)
-    assert np.array_equal(found[("chat/shard_00000", BATCH_ROWS + 3)].input_ids,
+    assert np.array_equal(found.by_position(plan_rows)[("chat/shard_00000", BATCH_ROWS + 3)].input_ids,
                           original.column("input_ids")[BATCH_ROWS + 3].values.to_numpy())
 
     masks = original.column("assistant_mask").to_pylist()

@@ -91,15 +91,19 @@ def template_identity(chat_template: str) -> dict:
 
 def tokenizer_identity(tokenizer_model: str, revision: str | None) -> dict:
     """``o200k_harmony``: its vocabulary file's sha256 and its special tokens; a tokenizer.json tokenizer: the file's
-    sha256, its special-token names and vocabulary size (pretrain/inputs.py, the same identity as pretraining's)."""
+    sha256 (which fixes its vocabulary) and its special-token names. Pretraining's identity (pretrain/inputs.py)
+    adds the vocabulary size, which picks its token dtype; counting it parses the whole file (0.16 s for Llama-3),
+    in every run process that checks an SFT receipt, and SFT has no use for it."""
     if tokenizer_model == O200K_HARMONY:
         specials = json.dumps([sorted(HARMONY_SPECIAL_TOKENS.items()), list(LITERALS), O200K_EOS]).encode()
         return {"name": O200K_HARMONY, "o200k_base_sha256": O200K_BASE_SHA256,
                 "special_tokens_sha256": hashlib.sha256(specials).hexdigest()}
-    from nemotron_assets.pretrain.inputs import tokenizer_identity as file_identity
     from nemotron_assets.tokenize.loading import locate_tokenizer
 
-    return file_identity(locate_tokenizer(tokenizer_model, revision))
+    files = locate_tokenizer(tokenizer_model, revision)
+    path = str(files.tokenizer_json)
+    return {"sha256": _file_sha256(path, *_stat(path)), "eos_token": files.eos_token, "bos_token": files.bos_token,
+            "sep_token": files.sep_token}
 
 
 def _stat(path: str) -> tuple[int, int]:

@@ -38,11 +38,13 @@ from nemotron_assets.sft.packing import (
     unshift_mask,
 )
 from nemotron_assets.sft.steps.pack_step import (
+    ShardSamples,
     StoredSample,
     cyclic_gc_paused,
     plan_rows,
     read_samples,
     settings_of,
+    stored_as_they_are,
     truncate_of,
 )
 from nemotron_assets.sft.writers import iter_packed_bins, packed_shard_problems, stored_samples
@@ -75,7 +77,7 @@ def local_files(store: Storage, relatives: list[str]) -> Iterator[list[Path]]:
 
 
 def check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receipt,
-                       samples: dict[tuple[str, int], StoredSample] | None = None) -> dict[str, list[str]]:
+                       samples: ShardSamples | None = None) -> dict[str, list[str]]:
     """Check name -> problems (empty: passed) of the committed shard ``key``, against the ``plan`` (its receipt).
     ``samples``: what the build just read from the samples files (`PackedOutcome.samples`), else read here."""
     with cyclic_gc_paused():
@@ -83,7 +85,7 @@ def check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receip
 
 
 def _check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receipt,
-                        samples: dict[tuple[str, int], StoredSample] | None) -> dict[str, list[str]]:
+                        samples: ShardSamples | None) -> dict[str, list[str]]:
     prefix = sft_packed_prefix(base, key)
     settings, truncate = settings_of(plan), truncate_of(plan)
     rows = plan_rows(store, base, key)
@@ -94,8 +96,9 @@ def _check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Recei
         capacity = packed_shard_problems(packed, listing, settings.pack_size, limit=SHOWN)
         planned = []
         by_key = {}
+        by_position = samples.by_position(rows)
         for file, row, copy in zip(*(rows.column(name).to_pylist() for name in ("file", "row", "copy"))):
-            stored = samples[(file, row)]
+            stored = by_position[(file, row)]
             planned.append(((stored.dataset, stored.id, stored.sample, copy),
                             planned_digest(stored.pack_sample(copy), settings, truncate)))
             by_key[(stored.dataset, stored.id, stored.sample)] = stored
@@ -128,19 +131,54 @@ def _masked_role_problems(packed: Path, listing: Path, samples: dict) -> list[st
 # --- every check at once, on whole arrays --------------------------------------------------------------------------
 @dataclass
 class _PlannedShard:
-    """The shard the plan describes: per stored sample (plan order) its key, stored length and masked-role spans,
-    and every sample's ids and shifted loss mask end to end."""
+    """The shard the plan describes: per stored sample (plan order) its key and stored length, its masked-role spans
+    (flat, ``span_bounds`` saying whose), and every sample's ids and shifted loss mask end to end."""
 
     keys: list[tuple]
     lengths: np.ndarray  # int64
     input_ids: np.ndarray  # int32
     loss_mask: np.ndarray  # uint8, shifted inside each sample
-    masked_spans: list[np.ndarray]
+    spans: np.ndarray  # int64, every sample's flat [start, end) spans end to end
+    span_bounds: np.ndarray  # int64, samples + 1
 
 
-def _planned_shard(rows: pa.Table, samples: dict[tuple[str, int], StoredSample], settings: PackSettings,
-                   truncate) -> _PlannedShard | None:
-    """None when the per-sample checks must decide (a planned sample the packer would drop, a key planned twice)."""
+def _planned_shard(rows: pa.Table, samples: ShardSamples, settings: PackSettings, truncate) -> _PlannedShard | None:
+    """None when the per-sample checks must decide (a sample the packer would not store as it is, a key planned
+    twice, one key naming two different samples)."""
+    if not stored_as_they_are(rows, samples, settings):
+        return _planned_sample_by_sample(rows, samples.by_position(rows), settings, truncate)
+    keys = list(zip(*(samples.column(name).to_pylist() for name in ("dataset", "id", "sample")),
+                    rows.column("copy").to_pylist()))
+    if len(set(keys)) != len(keys) or not _one_sample_per_key(rows, keys):
+        return None
+    bounds, input_ids = samples.list_parts("input_ids")
+    lengths = np.diff(bounds)
+    span_bounds, spans = samples.list_parts("masked_spans")
+    return _PlannedShard(keys, lengths, input_ids, _shifted(samples.list_parts("assistant_mask")[1], lengths),
+                         spans.astype(np.int64), span_bounds)
+
+
+def _one_sample_per_key(rows: pa.Table, keys: list[tuple]) -> bool:
+    """Whether each (dataset, id, sample) comes from one (samples file, row): the per-sample check looks a key's
+    masked spans up by key."""
+    source: dict[tuple, tuple] = {}
+    for key, position in zip(keys, zip(rows.column("file").to_pylist(), rows.column("row").to_pylist())):
+        if source.setdefault(key[:3], position) != position:
+            return False
+    return True
+
+
+def _shifted(unshifted: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Samples' unshifted masks end to end -> their loss masks: shifted left by one inside each sample."""
+    shifted = np.zeros(len(unshifted), dtype=np.uint8)
+    shifted[:-1] = unshifted[1:]
+    shifted[np.cumsum(lengths) - 1] = 0
+    return shifted
+
+
+def _planned_sample_by_sample(rows: pa.Table, samples: dict[tuple[str, int], StoredSample], settings: PackSettings,
+                              truncate) -> _PlannedShard | None:
+    """`_planned_shard` for samples the packer prepares one by one (padding, truncation)."""
     plan = list(zip(*(rows.column(name).to_pylist() for name in ("file", "row", "copy"))))
     by_key = {}
     for file, row, _ in plan:  # the spans the per-sample check reads: the last stored sample of each key
@@ -161,10 +199,12 @@ def _planned_shard(rows: pa.Table, samples: dict[tuple[str, int], StoredSample],
         return None
     lengths = np.array([len(part) for part in ids], dtype=np.int64)
     unshifted = np.concatenate(masks) if masks else np.zeros(0, dtype=np.uint8)
-    shifted = np.zeros(len(unshifted), dtype=np.uint8)
-    shifted[:-1] = unshifted[1:]
-    shifted[np.cumsum(lengths) - 1] = 0
-    return _PlannedShard(keys, lengths, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32), shifted, spans)
+    span_bounds = np.zeros(len(spans) + 1, dtype=np.int64)
+    np.cumsum([len(part) for part in spans], out=span_bounds[1:])
+    return _PlannedShard(keys, lengths, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
+                         _shifted(unshifted, lengths),
+                         np.concatenate(spans).astype(np.int64) if spans else np.zeros(0, dtype=np.int64),
+                         span_bounds)
 
 
 def _list_parts(column: pa.ChunkedArray, dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -177,8 +217,8 @@ def _list_parts(column: pa.ChunkedArray, dtype: str) -> tuple[np.ndarray, np.nda
     return offsets - offsets[0], values
 
 
-def _all_pass(packed: Path, listing: Path, rows: pa.Table, samples: dict[tuple[str, int], StoredSample],
-              settings: PackSettings, truncate) -> bool:
+def _all_pass(packed: Path, listing: Path, rows: pa.Table, samples: ShardSamples, settings: PackSettings,
+              truncate) -> bool:
     """Whether the committed shard is exactly the planned one and breaks no rule (module docstring); False means
     "look sample by sample", not necessarily a problem."""
     planned = _planned_shard(rows, samples, settings, truncate)
@@ -233,13 +273,13 @@ def _all_pass(packed: Path, listing: Path, rows: pa.Table, samples: dict[tuple[s
 def _trains_a_masked_span(planned: _PlannedShard) -> bool:
     """Whether a masked-role span of a stored sample holds a trained token of its unshifted mask (or a span the
     per-sample check must look at: negative, or a flat span list of odd length)."""
-    if any(len(spans) % 2 for spans in planned.masked_spans):
+    counts = np.diff(planned.span_bounds)
+    if (counts % 2).any():
         return True
-    pairs = np.concatenate(planned.masked_spans).astype(np.int64).reshape(-1, 2) if planned.masked_spans else \
-        np.zeros((0, 2), dtype=np.int64)
+    pairs = planned.spans.reshape(-1, 2)
     if (pairs < 0).any():
         return True
-    owner = np.repeat(np.arange(len(planned.keys)), [len(spans) // 2 for spans in planned.masked_spans])
+    owner = np.repeat(np.arange(len(planned.keys)), counts // 2)
     length, start = planned.lengths[owner], (np.cumsum(planned.lengths) - planned.lengths)[owner]
     # unshifted[p] = shifted[p - 1] for p >= 1 and 0 at p = 0: trained tokens of [a, b) are shifted[max(a, 1) - 1
     # : min(b, length) - 1] of the sample, looked at over the whole shard's mask at once (reduceat takes the maximum

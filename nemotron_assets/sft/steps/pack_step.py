@@ -2,14 +2,24 @@
 
 The shard's plan rows (a row group of ``plan.parquet``) name, bin by bin and position by position, which sample
 (samples file, row) and which copy goes where, and how long it is stored. The step reads just those samples (a row
-group of each samples file at a time, keeping the rows it needs), prepares each one as the packer does
-(`packing.prepare_sample`: truncation to the template's end-of-turn, padding to ``pad_to_multiple``), lays the bins
-out (`packing.build_bin`: ids end to end, the loss mask shifted inside each sample, ``seq_start_id`` from 0) and
-writes them with `writers.PackedShardWriter`: ``<base>/sft/<split>/shard_NNNNN.parquet`` (Megatron-Bridge's packed
-Parquet, a row per bin) and ``shard_NNNNN.samples.parquet`` ((bin, offset) -> id, sample, dataset, source row,
-copy). A sample the plan placed but the packer would drop means the plan and the samples disagree: an error, never a
-silently different shard. Memory: the shard's samples (ids + masks + their objects, ~8 bytes a token: about
-140 MB at the default ``shard_tokens``) plus two row groups being written.
+group of each samples file at a time, keeping the rows it needs: `read_samples`) and lays the bins out: ids end to
+end, the loss mask shifted inside each sample, ``seq_start_id`` from 0. It writes
+``<base>/sft/<split>/shard_NNNNN.parquet`` (Megatron-Bridge's packed Parquet, a row per bin) and
+``shard_NNNNN.samples.parquet`` ((bin, offset) -> id, sample, dataset, source row, copy).
+
+Two ways to the same bytes:
+
+- **at once** (`build_at_once`), when every sample goes in as it is stored (no ``pad_to_multiple``, nothing
+  over-long: `stored_as_they_are`, the default case): the whole shard's arrays are gathered in plan order and laid
+  out with a few NumPy operations (`packing.lay_out_bins`, `writers.write_laid_out_shard`);
+- **sample by sample** (`build_sample_by_sample`) otherwise: each sample is prepared as the packer does
+  (`packing.prepare_sample`: truncation to the template's end-of-turn, padding), each bin laid out by
+  `packing.build_bin` and streamed by `writers.PackedShardWriter`.
+
+A sample the plan placed but the packer would drop means the plan and the samples disagree: an error, never a
+silently different shard. Memory: the shard's samples as read (ids and masks, ~5 bytes a token) and, at once, their
+copy in plan order plus the row groups being written; building a 14.8 M-token shard raised peak RSS by 24-25 bytes
+a token, its checks by 4-7 more (the sample-by-sample way: 22 and 9; bench/README.md).
 
 Receipt inputs: `inputs.packed_inputs` (the digest of the shard's plan rows, the versions of the samples files they
 read, the packing settings, the chat identity).
@@ -30,15 +40,29 @@ from nemotron_assets.blend import Blend
 from nemotron_assets.layout import SftShardKey, ShardKey, sft_packed_prefix, sft_plan_prefix, sft_samples_prefix
 from nemotron_assets.records import Receipt, freshness, rebuild_reason, receipt_path, write_receipt
 from nemotron_assets.sft.masks import truncate_sample
-from nemotron_assets.sft.packing import PackSample, PackSettings, PackStats, PreparedSample, build_bin, prepare_sample
+from nemotron_assets.sft.packing import (
+    PackSample,
+    PackSettings,
+    PackStats,
+    PreparedSample,
+    build_bin,
+    lay_out_bins,
+    prepare_sample,
+)
 from nemotron_assets.sft.steps.inputs import current_plan, packed_inputs
 from nemotron_assets.sft.steps.plan_step import shard_rows_digest
 from nemotron_assets.sft.steps.stats import log2_histogram
-from nemotron_assets.sft.writers import PackedShardWriter
+from nemotron_assets.sft.writers import ROW_GROUP_BINS, PackedShardWriter, ShardFiles, write_laid_out_shard
 from nemotron_assets.storage import Storage
 
-SAMPLE_COLUMNS = ["id", "dataset", "sample", "license", "source_row", "input_ids", "assistant_mask", "masked_spans"]
-SAMPLE_TYPES = {"input_ids": pa.list_(pa.int32()), "assistant_mask": pa.list_(pa.uint8())}
+#: The columns of a samples file (batch_render.SCHEMA) that packing and its checks read.
+SAMPLE_SCHEMA = pa.schema([
+    ("id", pa.string()), ("dataset", pa.string()), ("sample", pa.int32()), ("license", pa.string()),
+    ("source_row", pa.int64()), ("input_ids", pa.list_(pa.int32())), ("assistant_mask", pa.list_(pa.uint8())),
+    ("masked_spans", pa.list_(pa.int32())),
+])
+SAMPLE_COLUMNS = SAMPLE_SCHEMA.names
+SAMPLE_TYPES = {name: SAMPLE_SCHEMA.field(name).type for name in ("input_ids", "assistant_mask")}
 
 
 @contextlib.contextmanager
@@ -92,34 +116,104 @@ def plan_rows(store: Storage, base: str, key: SftShardKey) -> pa.Table:
         return pq.read_table(stream, filters=[("split", "=", key.split), ("shard", "=", key.index)])
 
 
-def read_samples(store: Storage, base: str, rows: pa.Table) -> dict[tuple[str, int], StoredSample]:
-    """(samples file, row) -> the sample, for every row the plan rows name.
+@dataclass(frozen=True)
+class ShardSamples:
+    """The samples a shard's plan rows name, as read: the wanted rows of each row group read (``parts``: tables of
+    `SAMPLE_COLUMNS`, one chunk each), and for plan row ``i`` its part and row there. A sample placed twice, as two
+    copies, is read once. Columns come out in plan order (`column`, `list_parts`): gathering them ourselves is
+    several times faster than Arrow's ``take`` of list columns."""
+
+    parts: list[pa.Table]
+    part_of: np.ndarray  # int64, per plan row
+    row_in_part: np.ndarray  # int64, per plan row
+    #: list columns gathered already (the build, then the checks, read ids and masks)
+    _gathered: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.part_of)
+
+    def _read_rows(self) -> np.ndarray:
+        """Per plan row, its row among every row read (the parts end to end)."""
+        first_rows = np.cumsum([0] + [part.num_rows for part in self.parts[:-1]], dtype=np.int64)
+        return first_rows[self.part_of] + self.row_in_part
+
+    def column(self, name: str) -> pa.Array:
+        """A scalar column (``id``, ``dataset``, ``sample``, ``license``, ``source_row``), in plan order."""
+        if not self.parts:
+            return pa.array([], type=SAMPLE_SCHEMA.field(name).type)
+        values = pa.concat_arrays([part.column(name).chunk(0) for part in self.parts])
+        return values.take(pa.array(self._read_rows()))
+
+    def lengths(self, name: str = "input_ids") -> np.ndarray:
+        """Each sample's number of values in a list column (tokens, for ``input_ids``), in plan order."""
+        if not self.parts:
+            return np.zeros(0, dtype=np.int64)
+        per_row = np.concatenate([np.diff(part.column(name).chunk(0).offsets.to_numpy()) for part in self.parts])
+        return per_row.astype(np.int64)[self._read_rows()]
+
+    def list_parts(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(bounds from 0, samples + 1; values) of a list column in plan order: sample i's values are
+        ``values[bounds[i] : bounds[i + 1]]``."""
+        if name not in self._gathered:
+            self._gathered[name] = self._gather(name)
+        return self._gathered[name]
+
+    def _gather(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        offsets, values = [], []
+        for part in self.parts:
+            column = part.column(name).chunk(0)
+            offsets.append(column.offsets.to_numpy())
+            values.append(column.values.to_numpy(zero_copy_only=False))
+        pieces = [values[p][offsets[p][r] : offsets[p][r + 1]]
+                  for p, r in zip(self.part_of.tolist(), self.row_in_part.tolist())]
+        bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum([len(piece) for piece in pieces], out=bounds[1:])
+        value_type = SAMPLE_SCHEMA.field(name).type.value_type.to_pandas_dtype()
+        return bounds, np.concatenate(pieces) if pieces else np.zeros(0, dtype=value_type)
+
+    def by_position(self, rows: pa.Table) -> dict[tuple[str, int], StoredSample]:
+        """(samples file, row) -> the sample, for code that takes the samples one at a time."""
+        stored = [list(_rows_of(part)) for part in self.parts]
+        positions = zip(rows.column("file").to_pylist(), rows.column("row").to_pylist())
+        return {position: stored[p][r]
+                for position, p, r in zip(positions, self.part_of.tolist(), self.row_in_part.tolist())}
+
+
+def read_samples(store: Storage, base: str, rows: pa.Table) -> ShardSamples:
+    """The samples the plan rows name.
 
     Only the row groups holding a wanted row are read, one at a time, and each one's token columns are validated
     whole (ids non-negative, mask 0/1: `_validated`), so packing does not check sample by sample again."""
-    wanted: dict[str, set[int]] = {}
-    for file, row in zip(rows.column("file").to_pylist(), rows.column("row").to_pylist()):
-        wanted.setdefault(file, set()).add(row)
-    found: dict[tuple[str, int], StoredSample] = {}
-    for file, needed in sorted(wanted.items()):
+    files, numbers = rows.column("file").to_pylist(), rows.column("row").to_numpy().astype(np.int64)
+    names = sorted(set(files))
+    index_of = {name: index for index, name in enumerate(names)}
+    # one int64 key per (file, row): files in name order, rows in order, so the keys of what is read come sorted
+    keys = np.array([index_of[file] for file in files], dtype=np.int64) << 40 | numbers
+    parts, part_keys = [], []
+    for index, file in enumerate(names):
         path = sft_samples_prefix(base, ShardKey.parse(file)) + ".parquet"
-        order = np.array(sorted(needed), dtype=np.int64)
+        needed = np.unique(numbers[keys >> 40 == index])
+        found = 0
         with store.open(path) as stream:
             parquet = pq.ParquetFile(stream)
             start = 0
             for group in range(parquet.num_row_groups):
                 count = parquet.metadata.row_group(group).num_rows
-                here = order[(order >= start) & (order < start + count)] - start
+                here = needed[(needed >= start) & (needed < start + count)] - start
                 if len(here):
                     table = _validated(parquet.read_row_group(group, columns=SAMPLE_COLUMNS), store.url(path), start)
-                    taken = table.take(pa.array(here)).combine_chunks()
-                    for offset, values in zip(here.tolist(), _rows_of(taken)):
-                        found[(file, start + offset)] = values
+                    parts.append(table.take(pa.array(here)).combine_chunks())
+                    part_keys.append(index << 40 | (start + here))
+                    found += len(here)
                 start += count
-        missing = [r for r in needed if (file, r) not in found]
-        if missing:
-            raise RuntimeError(f"{store.url(path)} has no row {min(missing)}, which the plan names")
-    return found
+        if found != len(needed):
+            raise RuntimeError(f"{store.url(path)} has no row {int(needed[needed >= start][0])}, which the plan "
+                               "names")
+    # where each plan row's sample sits: its key's place among the (sorted) keys read, then its part and row there
+    read = np.searchsorted(np.concatenate(part_keys), keys) if parts else np.zeros(0, dtype=np.int64)
+    first_of_part = np.cumsum([0] + [len(part) for part in part_keys[:-1]])
+    part_of = np.searchsorted(first_of_part, read, side="right") - 1
+    return ShardSamples(parts, part_of, read - first_of_part[part_of] if parts else read)
 
 
 def _validated(group: pa.Table, url: str, first_row: int) -> pa.Table:
@@ -193,22 +287,72 @@ class PackedStats:
                 "bin_histogram": self.bin_histogram}
 
 
-def build_packed_shard(rows: pa.Table, samples: dict[tuple[str, int], StoredSample], settings: PackSettings,
-                       truncate, packed_path: Path, samples_path: Path) -> PackedStats:
-    """Write the shard's bins (local paths) and count them."""
+def stored_as_they_are(rows: pa.Table, samples: ShardSamples, settings: PackSettings) -> bool:
+    """Whether every planned sample goes into its bin unchanged: no padding (``pad_to_multiple`` 1), none too short
+    or over-long (so none truncated or dropped), each as long as the plan says. Then the whole shard is laid out at
+    once (`lay_out_bins`); otherwise sample by sample (`prepare_sample`), which also names any disagreement."""
+    if settings.pad_to_multiple != 1:
+        return False
+    lengths = samples.lengths()
+    planned = rows.column("length").to_numpy()
+    return bool(len(lengths) == len(planned) and (lengths == planned).all() and (lengths >= 2).all()
+                and (lengths - 1 <= settings.max_positions).all())
+
+
+def bin_sizes(rows: pa.Table) -> np.ndarray:
+    """How many consecutive plan rows each bin takes (the rows of one bin are together, in bin order)."""
+    bins = rows.column("bin").to_numpy()
+    if not len(bins):
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.diff(bins)) + 1
+    return np.diff(np.concatenate([[0], starts, [len(bins)]]))
+
+
+def build_packed_shard(rows: pa.Table, samples: ShardSamples, settings: PackSettings, truncate, packed_path: Path,
+                       samples_path: Path) -> PackedStats:
+    """Write the shard's bins (local paths) and count them: all at once when every sample is stored as it is (the
+    common case), else sample by sample. Both write the same bytes for the same shard."""
+    if stored_as_they_are(rows, samples, settings):
+        return build_at_once(rows, samples, settings, packed_path, samples_path)
+    return build_sample_by_sample(rows, samples, settings, truncate, packed_path, samples_path)
+
+
+def build_sample_by_sample(rows: pa.Table, samples: ShardSamples, settings: PackSettings, truncate,
+                           packed_path: Path, samples_path: Path, row_group_bins: int = ROW_GROUP_BINS
+                           ) -> PackedStats:
+    """Each sample prepared as the packer does (`prepare_sample`: padding, truncation), each bin laid out by
+    `build_bin` and streamed to the files."""
     stats = PackStats(pack_size=settings.pack_size)
     sample_lengths, bin_positions = [], []
-    with PackedShardWriter(packed_path, samples_path) as writer:
-        for members in bins_of(prepared_samples(rows, samples, settings, truncate, stats)):
+    with PackedShardWriter(packed_path, samples_path, row_group_bins) as writer:
+        for members in bins_of(prepared_samples(rows, samples.by_position(rows), settings, truncate, stats)):
             packed = build_bin(members)
             stats.count_bin(packed, (ready.sample.license for ready in members))
             sample_lengths += [len(ready.input_ids) for ready in members]
             bin_positions.append(packed.positions)
             writer.write(packed)
         written = writer.close()
-    files = {".parquet": {"bytes": written.packed.bytes, "sha256": written.packed.sha256},
-             ".samples.parquet": {"bytes": written.samples_file.bytes, "sha256": written.samples_file.sha256}}
-    return PackedStats(stats, log2_histogram(sample_lengths), log2_histogram(bin_positions), files)
+    return PackedStats(stats, log2_histogram(sample_lengths), log2_histogram(bin_positions), _files(written))
+
+
+def build_at_once(rows: pa.Table, samples: ShardSamples, settings: PackSettings, packed_path: Path,
+                  samples_path: Path, row_group_bins: int = ROW_GROUP_BINS) -> PackedStats:
+    """`build_sample_by_sample` for samples stored as they are (`stored_as_they_are`): the same files and counts,
+    from whole arrays (`lay_out_bins`, `write_laid_out_shard`): no Python work per sample or bin."""
+    bounds, input_ids = samples.list_parts("input_ids")
+    laid = lay_out_bins(input_ids, samples.list_parts("assistant_mask")[1], np.diff(bounds), bin_sizes(rows))
+    members = pa.table({"id": samples.column("id"), "sample": samples.column("sample"),
+                        "dataset": samples.column("dataset"), "source_row": samples.column("source_row"),
+                        "copy": rows.column("copy"), "truncated": pa.array(np.zeros(len(samples), dtype=bool))})
+    written = write_laid_out_shard(laid, members, packed_path, samples_path, row_group_bins)
+    stats = PackStats(pack_size=settings.pack_size)
+    stats.count_laid_out(laid, samples.column("license").to_pylist())
+    return PackedStats(stats, log2_histogram(laid.lengths), log2_histogram(laid.positions), _files(written))
+
+
+def _files(written: ShardFiles) -> dict:
+    return {".parquet": {"bytes": written.packed.bytes, "sha256": written.packed.sha256},
+            ".samples.parquet": {"bytes": written.samples_file.bytes, "sha256": written.samples_file.sha256}}
 
 
 # --- the step ----------------------------------------------------------------------------------------------------
@@ -221,7 +365,7 @@ class PackedOutcome:
     rebuilt_because: str = ""
     #: The samples a build read (None when up to date): the shard's checks, run next in the same step, take them
     #: instead of reading the samples files again (pack_checks.check_packed_shard).
-    samples: dict[tuple[str, int], StoredSample] | None = field(default=None, repr=False, compare=False)
+    samples: ShardSamples | None = field(default=None, repr=False, compare=False)
 
 
 def materialize_packed(store: Storage, blend: Blend, base: str, key: SftShardKey, force: bool = False,
