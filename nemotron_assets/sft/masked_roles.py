@@ -62,10 +62,10 @@ def _find(text: str, piece: str, start: int, as_json: bool = False) -> Span | No
     wins: a template that trims ``"  x"`` writes ``x`` where the message is, and ``"  x"`` may still occur later,
     quoted in a trained reply (or, for an escaped argument, written raw in a later message)."""
     best: Span | None = None
-    candidates = [piece, piece.strip()]
-    escaped = json.dumps(piece, ensure_ascii=False)[1:-1] if as_json else piece
-    if escaped != piece:
-        candidates.append(escaped)
+    candidates = [piece]  # each distinct one once: most pieces are their own trimmed and escaped forms
+    for other in (piece.strip(), json.dumps(piece, ensure_ascii=False)[1:-1] if as_json else piece):
+        if other not in candidates:
+            candidates.append(other)
     for candidate in candidates:
         if candidate:
             at = text.find(candidate, start)
