@@ -143,11 +143,10 @@ class ShardFiles:
 
 def _list_array(parts: list[np.ndarray], value_type: pa.DataType) -> pa.Array:
     """One list<value_type> column from per-row numpy arrays, built from offsets (no per-element Python)."""
-    offsets = np.zeros(len(parts) + 1, dtype=np.int32)
-    np.cumsum([len(part) for part in parts], out=offsets[1:])
+    bounds = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(part) for part in parts], out=bounds[1:])
     values = np.concatenate(parts) if parts else np.zeros(0, dtype=value_type.to_pandas_dtype())
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type),
-                                    type=pa.list_(value_type))
+    return _list_column(bounds, values, value_type)
 
 
 class PackedShardWriter:

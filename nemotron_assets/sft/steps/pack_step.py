@@ -144,11 +144,12 @@ class ShardSamples:
         values = pa.concat_arrays([part.column(name).chunk(0) for part in self.parts])
         return values.take(pa.array(self._read_rows()))
 
-    def lengths(self, name: str = "input_ids") -> np.ndarray:
-        """Each sample's number of values in a list column (tokens, for ``input_ids``), in plan order."""
+    def lengths(self) -> np.ndarray:
+        """Each sample's number of tokens, in plan order (without gathering the tokens)."""
         if not self.parts:
             return np.zeros(0, dtype=np.int64)
-        per_row = np.concatenate([np.diff(part.column(name).chunk(0).offsets.to_numpy()) for part in self.parts])
+        per_row = np.concatenate([np.diff(part.column("input_ids").chunk(0).offsets.to_numpy())
+                                  for part in self.parts])
         return per_row.astype(np.int64)[self._read_rows()]
 
     def list_parts(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +214,7 @@ def read_samples(store: Storage, base: str, rows: pa.Table) -> ShardSamples:
     read = np.searchsorted(np.concatenate(part_keys), keys) if parts else np.zeros(0, dtype=np.int64)
     first_of_part = np.cumsum([0] + [len(part) for part in part_keys[:-1]])
     part_of = np.searchsorted(first_of_part, read, side="right") - 1
-    return ShardSamples(parts, part_of, read - first_of_part[part_of] if parts else read)
+    return ShardSamples(parts, part_of, read - first_of_part[part_of])
 
 
 def _validated(group: pa.Table, url: str, first_row: int) -> pa.Table:
