@@ -407,16 +407,22 @@ def shift_mask(mask: np.ndarray) -> np.ndarray:
     return shifted
 
 
+def shift_end_to_end(unshifted: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The loss mask of samples laid end to end (``ends``: where each sample ends): each one's unshifted mask shifted
+    left by one inside it, and its last position 0, since it predicts nothing (not the next sample's first token)."""
+    loss_mask = np.zeros(len(unshifted), dtype=np.uint8)
+    loss_mask[:-1] = unshifted[1:]
+    loss_mask[ends - 1] = 0
+    return loss_mask
+
+
 def build_bin(members: Sequence[PreparedSample]) -> PackedBin:
     """Lay the samples end to end: ids concatenated, masks shifted inside each sample, starts from 0."""
     lengths = np.array([len(ready.input_ids) for ready in members], dtype=np.int64)
     ends = np.cumsum(lengths)
     starts = ends - lengths
     input_ids = np.concatenate([ready.input_ids for ready in members])
-    unshifted = np.concatenate([ready.mask for ready in members])
-    loss_mask = np.zeros(len(unshifted), dtype=np.uint8)
-    loss_mask[:-1] = unshifted[1:]
-    loss_mask[ends - 1] = 0  # a sample's last position predicts nothing (not the next sample's first token)
+    loss_mask = shift_end_to_end(np.concatenate([ready.mask for ready in members]), ends)
     placed = tuple(BinMember(r.sample.id, r.sample.dataset, int(r.sample.source_row), int(r.sample.copy),
                              int(start), int(length), r.truncated, int(r.sample.sample))
                    for r, start, length in zip(members, starts, lengths))
@@ -472,10 +478,8 @@ def lay_out_bins(input_ids: np.ndarray, assistant_mask: np.ndarray, lengths: np.
         raise ValueError(f"{len(lengths)} samples of {sample_bounds[-1]} tokens in {len(bin_sizes)} bins of "
                          f"{bin_bounds[-1]} samples cannot lay out {len(input_ids)} ids and {len(assistant_mask)} "
                          "mask values")
-    loss_mask = np.zeros(len(assistant_mask), dtype=np.uint8)
-    loss_mask[:-1] = assistant_mask[1:]
-    loss_mask[sample_bounds[1:] - 1] = 0  # a sample's last position predicts nothing
-    return LaidOutBins(np.asarray(input_ids, dtype=np.int32), loss_mask, sample_bounds, bin_bounds)
+    return LaidOutBins(np.asarray(input_ids, dtype=np.int32), shift_end_to_end(assistant_mask, sample_bounds[1:]),
+                       sample_bounds, bin_bounds)
 
 
 def pack_samples(samples: Iterable[PackSample], settings: PackSettings, stats: PackStats | None = None,

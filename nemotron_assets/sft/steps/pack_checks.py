@@ -35,6 +35,7 @@ from nemotron_assets.sft.packing import (
     masked_role_problems,
     planned_digest,
     prepare_sample,
+    shift_end_to_end,
     unshift_mask,
 )
 from nemotron_assets.sft.steps.pack_step import (
@@ -154,8 +155,8 @@ def _planned_shard(rows: pa.Table, samples: ShardSamples, settings: PackSettings
     bounds, input_ids = samples.list_parts("input_ids")
     lengths = np.diff(bounds)
     span_bounds, spans = samples.list_parts("masked_spans")
-    return _PlannedShard(keys, lengths, input_ids, _shifted(samples.list_parts("assistant_mask")[1], lengths),
-                         spans.astype(np.int64), span_bounds)
+    loss_mask = shift_end_to_end(samples.list_parts("assistant_mask")[1], bounds[1:])
+    return _PlannedShard(keys, lengths, input_ids, loss_mask, spans.astype(np.int64), span_bounds)
 
 
 def _one_sample_per_key(rows: pa.Table, keys: list[tuple]) -> bool:
@@ -166,14 +167,6 @@ def _one_sample_per_key(rows: pa.Table, keys: list[tuple]) -> bool:
         if source.setdefault(key[:3], position) != position:
             return False
     return True
-
-
-def _shifted(unshifted: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Samples' unshifted masks end to end -> their loss masks: shifted left by one inside each sample."""
-    shifted = np.zeros(len(unshifted), dtype=np.uint8)
-    shifted[:-1] = unshifted[1:]
-    shifted[np.cumsum(lengths) - 1] = 0
-    return shifted
 
 
 def _planned_sample_by_sample(rows: pa.Table, samples: dict[tuple[str, int], StoredSample], settings: PackSettings,
@@ -202,7 +195,7 @@ def _planned_sample_by_sample(rows: pa.Table, samples: dict[tuple[str, int], Sto
     span_bounds = np.zeros(len(spans) + 1, dtype=np.int64)
     np.cumsum([len(part) for part in spans], out=span_bounds[1:])
     return _PlannedShard(keys, lengths, np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32),
-                         _shifted(unshifted, lengths),
+                         shift_end_to_end(unshifted, np.cumsum(lengths)),
                          np.concatenate(spans).astype(np.int64) if spans else np.zeros(0, dtype=np.int64),
                          span_bounds)
 
