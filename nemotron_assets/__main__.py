@@ -1,5 +1,3 @@
-import sys
+from nemotron_assets.cli import run
 
-from nemotron_assets.cli import main
-
-sys.exit(main())
+run()

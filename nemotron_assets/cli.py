@@ -22,6 +22,7 @@ command line.
 
 import argparse
 import contextlib
+import gc
 import math
 import os
 import sys
@@ -45,6 +46,19 @@ AUTO_PARALLEL_BYTES = 64 << 20  # below this much input, a step runs in this pro
 
 class UsageError(Exception):
     """A command line that cannot work; exit status 2 with the message."""
+
+
+def run() -> None:
+    """The command's entry point (``nemotron-assets`` and ``python -m nemotron_assets``): ``main``, then exit.
+
+    Before exiting, every object alive is moved out of the garbage collector's reach (``gc.freeze``): the
+    interpreter's teardown otherwise collects the garbage of every module it clears (Dagster, pyarrow, sqlalchemy,
+    the tokenizers), which took 0.35-0.4 s at the end of a pretraining build of 1 GB, a measured 3 % of the
+    command (bench/README.md). Nothing is skipped: atexit callbacks, logging's flush and the join of running
+    threads happen as usual, and everything the command wrote was committed before ``main`` returned."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

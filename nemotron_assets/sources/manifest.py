@@ -45,7 +45,7 @@ def build_manifest(blend: Blend, entry: DatasetEntry, base_dir: Path, max_rows: 
             break  # a sample: the files after the first max_rows rows are neither read nor listed
         line_starts: list[tuple[int, int]] = []
         rows, digest = count_rows_and_hash(source, options, line_starts)
-        fingerprint = source.fingerprint or f"sha256:{digest}"
+        fingerprint = source.fingerprint or f"blake3:{digest}"
         if rows == 0:
             if blend.on_error != "skip":
                 raise InputError("empty file (no rows); remove it or set on_error: skip", dataset=entry.name,

@@ -3,12 +3,12 @@ dataset (manifest.build_manifest). Fixture files are written here with the stand
 zstandard, so expectations never come from the code under test."""
 
 import gzip
-import hashlib
 import json
 import string
 from collections import Counter
 from pathlib import Path
 
+import blake3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -29,6 +29,8 @@ from nemotron_assets.sources.readers import (
     NOT_AN_OBJECT,
     ReadOptions,
     ReadStats,
+    content_digest,
+    count_newlines,
     count_rows_and_hash,
     iter_text_batches,
 )
@@ -160,27 +162,43 @@ def test_crlf_line_endings_are_read(tmp_path):
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
 @pytest.mark.parametrize("trailing_newline", [True, False])
 @pytest.mark.parametrize("count", [0, 1, 2, 40])
-def test_row_count_and_sha256_of_stored_bytes(tmp_path, suffix, trailing_newline, count):
+def test_row_count_and_content_hash_of_stored_bytes(tmp_path, suffix, trailing_newline, count):
     path = write_data(tmp_path / f"f{suffix}", TEXTS[:count], trailing_newline=trailing_newline)
     rows, digest = count_rows_and_hash(source_of(path), ReadOptions(dataset=DATASET))
     assert rows == count
-    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == blake3.blake3(path.read_bytes()).hexdigest()
 
 
-def test_parquet_row_count_and_sha256(data_files):
+def test_the_content_hash_is_blake3():
+    # The published BLAKE3 test vectors (the spec's empty input, and "abc"), written down by hand.
+    for data, expected in ((b"", "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"),
+                           (b"abc", "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85")):
+        digest = content_digest()
+        digest.update(data)
+        assert digest.hexdigest() == expected
+
+
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=7))
+def test_count_newlines_counts_every_newline_byte(data, misalign):
+    padded = b"x" * misalign + data  # a view that does not start on an aligned address
+    assert count_newlines(padded) == padded.count(b"\n")
+    assert count_newlines(memoryview(padded)[misalign:]) == data.count(b"\n")
+
+
+def test_parquet_row_count_and_content_hash(data_files):
     path = data_files[".parquet"]
     rows, digest = count_rows_and_hash(source_of(path), ReadOptions(dataset=DATASET))
     assert rows == len(TEXTS)
-    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == blake3.blake3(path.read_bytes()).hexdigest()
 
 
-def test_sha256_covers_a_large_compressed_file_completely(tmp_path):
+def test_content_hash_covers_a_large_compressed_file_completely(tmp_path):
     # Bigger than one 8 MiB read chunk once decompressed, so hashing must follow every compressed byte.
     texts = ["x" * 1000 + str(i) for i in range(9000)]
     for suffix in (".jsonl.gz", ".jsonl.zst"):
         path = write_data(tmp_path / f"big{suffix}", texts)
         rows, digest = count_rows_and_hash(source_of(path), ReadOptions(dataset=DATASET))
-        assert (rows, digest) == (len(texts), hashlib.sha256(path.read_bytes()).hexdigest())
+        assert (rows, digest) == (len(texts), blake3.blake3(path.read_bytes()).hexdigest())
 
 
 # --- bad input -----------------------------------------------------------------------------------------------
@@ -472,7 +490,7 @@ def test_manifest_measures_files_and_its_shards_reproduce_the_input(tmp_path):
     manifest = build_manifest(blend, entry, tmp_path)
     assert [f.rows for f in manifest.files] == [25, 15]
     assert [f.fingerprint for f in manifest.files] == [
-        "sha256:" + hashlib.sha256((tmp_path / p).read_bytes()).hexdigest()
+        "blake3:" + blake3.blake3((tmp_path / p).read_bytes()).hexdigest()
         for p in ("ds/part-0.jsonl", "ds/part-1.jsonl.zst")]
     assert (manifest.dataset, manifest.split, manifest.total_rows) == (DATASET, "train", 40)
     assert len(manifest.shards) == 3
