@@ -51,10 +51,10 @@ class UsageError(Exception):
 def run() -> None:
     """The command's entry point (``nemotron-assets`` and ``python -m nemotron_assets``): ``main``, then exit.
 
-    Before exiting, every object alive is moved out of the garbage collector's reach (``gc.freeze``): the
-    interpreter's teardown otherwise collects the garbage of every module it clears (Dagster, pyarrow, sqlalchemy,
-    the tokenizers), which took 0.35-0.4 s at the end of a pretraining build of 1 GB, a measured 3 % of the
-    command (bench/README.md). Nothing is skipped: atexit callbacks, logging's flush and the join of running
+    Before exiting, every object alive is moved out of the garbage collector's reach (``gc.freeze``): otherwise
+    the interpreter's teardown runs full collections over every object the imports and the work left behind,
+    which took 0.35-0.4 s at the end of a pretraining build of 1 GB (a perf profile: ``gc_collect_main``), about
+    3 % of the command (bench/README.md). Nothing is skipped: atexit callbacks, logging's flush and the join of running
     threads happen as usual, and everything the command wrote was committed before ``main`` returned."""
     code = main()
     gc.freeze()

@@ -132,9 +132,9 @@ def count_rows_and_hash(source: SourceFile, options: ReadOptions,
     """Rows of the file and the BLAKE3 hash of its stored bytes (``content_digest``), in one streaming pass.
 
     The hash is computed in a second thread (``_ThreadedDigest``) while this one reads, decompresses and counts.
-    For an uncompressed file, ``line_starts`` (when given) receives
-    ``(line, byte offset)`` of a line start about every ``LINE_START_EVERY`` bytes, from the same pass: where a
-    reader of the file can seek to (``_opened_at_row``)."""
+    For an uncompressed file, ``line_starts`` (when given) receives ``(line, byte offset)`` of a line start about
+    every ``LINE_START_EVERY`` bytes, from the same pass: where a reader of the file can seek to
+    (``_opened_at_row``)."""
     if source.format == "parquet":
         return _parquet_rows(source, options), _hash_file(source, options)
     rows, last, position, next_start = 0, b"\n", 0, LINE_START_EVERY
@@ -169,7 +169,7 @@ def count_newlines(data: bytes) -> int:
     return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 0x0A))
 
 
-def content_digest():
+def content_digest() -> "blake3.blake3":
     """A new hash of a source file's bytes, whose hex digest is the file's fingerprint (``blake3:<hex>``).
 
     BLAKE3, not sha256: the fingerprint is only compared with itself (is this the file a shard was built from?),
