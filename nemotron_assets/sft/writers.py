@@ -94,6 +94,12 @@ SAMPLES_SCHEMA = pa.schema([
 ])
 ROW_GROUP_BINS = 1000
 _MAX_GROUP_VALUES = 1 << 30  # flush a row group early rather than overflow list<int32>'s 32-bit offsets
+
+
+def _group_full(bins: int, values: int, row_group_bins: int) -> bool:
+    """Whether a row group of ``bins`` bins and ``values`` tokens is complete: the one rule of where a packed shard's
+    row groups end, for `PackedShardWriter` and `row_group_bounds` alike (the same bins give the same bytes)."""
+    return bins >= row_group_bins or values >= _MAX_GROUP_VALUES
 BRIDGE_SHARD_GLOB = "shard_?????.parquet"
 MANIFEST_NAME = "manifest.json"
 PACKING_METADATA_NAME = "packing_metadata.json"
@@ -172,7 +178,7 @@ class PackedShardWriter:
     def write(self, packed: PackedBin) -> None:
         self._group.append(packed)
         self._group_values += len(packed.input_ids)
-        if len(self._group) >= self.row_group_bins or self._group_values >= _MAX_GROUP_VALUES:
+        if _group_full(len(self._group), self._group_values, self.row_group_bins):
             self._flush()
 
     def _flush(self) -> None:
@@ -234,12 +240,11 @@ class PackedShardWriter:
 
 
 def row_group_bounds(bin_tokens: np.ndarray, row_group_bins: int = ROW_GROUP_BINS) -> list[int]:
-    """The first bin of each row group, and the bin count last: where `PackedShardWriter` flushes (every
-    ``row_group_bins`` bins, or early once a group holds `_MAX_GROUP_VALUES` tokens)."""
+    """The first bin of each row group, and the bin count last: where `PackedShardWriter` flushes (`_group_full`)."""
     bounds, count, values = [0], 0, 0
     for index, tokens in enumerate(bin_tokens.tolist()):
         count, values = count + 1, values + tokens
-        if count >= row_group_bins or values >= _MAX_GROUP_VALUES:
+        if _group_full(count, values, row_group_bins):
             bounds.append(index + 1)
             count = values = 0
     if bounds[-1] != len(bin_tokens):
