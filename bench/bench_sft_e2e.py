@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pyarrow.parquet as pq
+import pyarrow as pa
 from bench_sft_render import TEMPLATE, conversations, in_child, run_openai_harmony, run_transformers
 from cli_runs import print_run, run_cli
 
@@ -69,8 +69,8 @@ def sft_part(steps: dict[str, dict]) -> tuple[float, float]:
 def rendered_tokens(data_root: Path) -> tuple[int, int]:
     """(samples, tokens) of every samples file the run wrote."""
     samples = tokens = 0
-    for path in (data_root / BLEND / "sft" / "samples").rglob("shard_*.parquet"):
-        lengths = pq.read_table(path, columns=["length"]).column("length").to_pylist()
+    for path in (data_root / BLEND / "sft" / "samples").rglob("shard_*.arrow"):
+        lengths = pa.ipc.open_file(path).read_all().column("length").to_pylist()
         samples, tokens = samples + len(lengths), tokens + sum(lengths)
     return samples, tokens
 

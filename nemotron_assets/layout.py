@@ -20,7 +20,7 @@ build::
     <base>/scores/embedding/<view>/<pool>/part-NNNNN.parquet  one vector per row of a view part (+ receipt)
     <base>/scores/near_duplicates.parquet|.md         pairs of rows above the cosine threshold (+ receipt)
     <base>/pools/<pool>_easy|_hard|_diverse/part-00000.parquet  selections, laid out as pools (+ manifest.json)
-    <base>/sft/samples/<dataset>/shard_NNNNN.parquet  SFT samples of one Harmony shard: ids, masks (+ .json receipt)
+    <base>/sft/samples/<dataset>/shard_NNNNN.arrow    SFT samples of one Harmony shard: ids, masks (+ .json receipt)
     <base>/sft/plan.parquet                           which sample goes to which split, shard, bin (+ plan.json)
     <base>/sft/<split>/shard_NNNNN.parquet            packed bins, Megatron-Bridge's Parquet (+ .samples.parquet, .json)
     <base>/sft/<split>.npy                            with formats [parquet, npy]: the split's bins for NeMo
@@ -232,7 +232,7 @@ def sft_dir(base: str) -> str:
 
 
 def sft_samples_prefix(base: str, key: ShardKey) -> str:
-    """``<base>/sft/samples/<dataset>/shard_NNNNN``: the samples of one Harmony shard (``.parquet``, ``.json``)."""
+    """``<base>/sft/samples/<dataset>/shard_NNNNN``: the samples of one Harmony shard (``.arrow``, ``.json``)."""
     return f"{sft_dir(base)}/samples/{key.dataset}/shard_{key.index:05d}"
 
 

@@ -45,6 +45,7 @@ from nemotron_assets.resources.wandb_lineage import (
     WandbLineage,
     selection_artifact,
 )
+from nemotron_assets.sft import samples_file
 from nemotron_assets.sft.split import SPLITS
 from nemotron_assets.sft.steps.inputs import chat_identity, current_plan
 from nemotron_assets.sft.steps.manifest_step import ManifestOutcome, materialize_manifest
@@ -84,12 +85,12 @@ def build_sft_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None =
     every = dg.AllPartitionMapping()
 
     @partitioned_asset(
-        scope.key("sft_samples"), group=scope.group, partitions_def=harmony.shard_partitions, kinds={"parquet"},
+        scope.key("sft_samples"), group=scope.group, partitions_def=harmony.shard_partitions, kinds={"arrow"},
         deps=[harmony.harmony_shard], automation_condition=automation,
         backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN),
         retry_policy=TRANSIENT_RETRIES,
         description="Renders, tokenizes and masks the rows of one Harmony shard with the blend's chat template: "
-                    "token ids, unshifted assistant mask and masked-role spans per sample (Parquet).",
+                    "token ids, unshifted assistant mask and masked-role spans per sample (an Arrow IPC file).",
     )
     def sft_samples(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
@@ -219,7 +220,7 @@ def render_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend
     stats = outcome.receipt.stats
     context.log.info(f"{partition}: {outcome.status}, {stats['samples']:,} samples of {stats['conversations']:,} "
                      f"conversations, {stats['tokens']:,} tokens")
-    return samples_metadata(outcome, store.url(sft_samples_prefix(base, key) + ".parquet"))
+    return samples_metadata(outcome, store.url(sft_samples_prefix(base, key) + samples_file.SUFFIX))
 
 
 def register_sft_shards(instance: dg.DagsterInstance, scope: Scope, sample: str | None, keys: list[str]) -> None:

@@ -7,6 +7,7 @@ The blend is built once per module (source split, Harmony shards, dedup, then th
 damage a file work on a copy, in an instance of their own. Templates other than Harmony keep the o200k_harmony
 tokenizer, already loaded."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -140,8 +141,8 @@ def statuses(result) -> dict[str, str]:
 def samples_files(out: Path) -> dict[tuple[str, str, int], list[dict]]:
     """(dataset, id, sample) -> the samples-file rows of that sample (pyarrow); a repeated row gives two."""
     rows: dict[tuple[str, str, int], list[dict]] = {}
-    for path in sorted((out / "sft" / "samples").glob("*/shard_*.parquet")):
-        for row in pq.read_table(path).to_pylist():
+    for path in sorted((out / "sft" / "samples").glob("*/shard_*.arrow")):
+        for row in pa.ipc.open_file(path).read_all().to_pylist():
             rows.setdefault((row["dataset"], row["id"], row["sample"]), []).append(row)
     return rows
 
@@ -219,8 +220,8 @@ def test_checks_pass_and_a_second_materialize_rebuilds_nothing(built):
 def planned_splits(out: Path) -> dict[tuple[str, str, int], str]:
     """(dataset, id, sample) -> split, from plan.parquet and the samples files it names (pyarrow)."""
     samples = {}
-    for path in (out / "sft" / "samples").glob("*/shard_*.parquet"):
-        table = pq.read_table(path, columns=["dataset", "id", "sample"]).to_pylist()
+    for path in (out / "sft" / "samples").glob("*/shard_*.arrow"):
+        table = pa.ipc.open_file(path).read_all().select(["dataset", "id", "sample"]).to_pylist()
         samples[f"{path.parent.name}/{path.stem}"] = [(r["dataset"], r["id"], r["sample"]) for r in table]
     return {samples[row["file"]][row["row"]]: row["split"]
             for row in pq.read_table(out / "sft" / "plan.parquet", columns=["split", "file", "row"]).to_pylist()}
@@ -267,7 +268,7 @@ def test_changing_the_template_rerenders(built, tmp_path):
                                         for why in stale.values()), stale
         (samples,) = pipeline.packed_sft(steps=1)
         assert set(statuses(samples).values()) == {"built"}
-        shard = pq.read_table(pipeline.out / "sft" / "samples" / "openai_chat" / "shard_00000.parquet")
+        shard = pa.ipc.open_file(pipeline.out / "sft" / "samples" / "openai_chat" / "shard_00000.arrow").read_all()
         text = __import__("nemotron_assets.sft.o200k", fromlist=["x"]).o200k_harmony_encoding().decode(
             shard.column("input_ids")[0].as_py())
         assert text.startswith("<|im_start|>")
@@ -298,13 +299,13 @@ def test_a_template_that_is_not_prefix_stable_fails_naming_it_and_leaves_nothing
     with dg.instance_for_test() as instance:
         pipeline = copy_of(built, tmp_path, instance, chat_template=str(template), tokenizer_model="o200k_harmony")
         shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
-        for suffix in (".parquet", ".json"):
+        for suffix in (".arrow", ".json"):
             Path(f"{shard}{suffix}").unlink()
         result = pipeline.run(pipeline.sft.sft_samples, ["nemotron_science/shard_00000"], raise_on_error=False)
         assert not result.success
         failure = result.get_step_failure_events()[0].step_failure_data.error.message
         assert str(template) in failure and "not prefix-stable" in failure and "sft.chat_template" in failure
-        assert not Path(f"{shard}.parquet").exists() and not Path(f"{shard}.json").exists()
+        assert not Path(f"{shard}.arrow").exists() and not Path(f"{shard}.json").exists()
         assert not any((pipeline.root / ".staging").iterdir()) if (pipeline.root / ".staging").exists() else True
 
 
@@ -334,3 +335,48 @@ def test_status_and_verify_name_a_changed_or_corrupted_packed_shard(built, tmp_p
         assert any("samples_match_plan" in p and "differs from the planned one" in p for p in problems), problems
         assert any("no_trained_token_on_masked_role" in p and "trained token(s) in masked span" in p
                    for p in problems), problems
+
+
+def test_a_parquet_samples_file_of_the_format_before_is_rebuilt_as_arrow_and_removed(built, tmp_path):
+    """Samples files were Parquet up to ``sft-samples/3``: such a file's receipt is stale, and its rebuild writes
+    the Arrow file and deletes the Parquet one, which nothing reads any more."""
+    with dg.instance_for_test() as instance:
+        pipeline = copy_of(built, tmp_path, instance)
+        store = Storage(str(pipeline.root))
+        shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
+        table = pa.ipc.open_file(f"{shard}.arrow").read_all()
+        pq.write_table(table, f"{shard}.parquet")
+        Path(f"{shard}.arrow").unlink()
+        receipt = json.loads(Path(f"{shard}.json").read_text())
+        data = Path(f"{shard}.parquet").read_bytes()
+        receipt["inputs"]["format"] = "sft-samples/3"
+        receipt["files"] = {".parquet": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
+        receipt["committed"] = {".parquet": f"mtime_ns:{os.stat(f'{shard}.parquet').st_mtime_ns}"}
+        Path(f"{shard}.json").write_text(json.dumps(receipt))
+        stale = sft_status(store, pipeline.blend, pipeline.blend.name).assets[0].stale
+        assert "format=\"sft-samples/3\", now \"sft-samples/4\"" in stale["nemotron_science/shard_00000"], stale
+
+        pipeline.run(pipeline.sft.sft_samples, ["nemotron_science/shard_00000"])
+        assert not Path(f"{shard}.parquet").exists()
+        assert pa.ipc.open_file(f"{shard}.arrow").read_all().equals(table)
+        assert sft_status(store, pipeline.blend, pipeline.blend.name).assets[0].stale == {}
+
+
+def test_verify_names_a_samples_file_whose_rows_differ_from_its_receipt(built, tmp_path):
+    """A samples file rewritten with a row fewer, its receipt's checksum updated to match (a writer bug, not
+    damage): verify counts the rows itself."""
+    with dg.instance_for_test() as instance:
+        pipeline = copy_of(built, tmp_path, instance)
+        store = Storage(str(pipeline.root))
+        shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
+        table = pa.ipc.open_file(f"{shard}.arrow").read_all()
+        with pa.ipc.new_file(f"{shard}.arrow", table.schema) as writer:
+            writer.write_table(table.slice(1))
+        receipt = json.loads(Path(f"{shard}.json").read_text())
+        data = Path(f"{shard}.arrow").read_bytes()
+        receipt["files"][".arrow"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        receipt["committed"][".arrow"] = f"mtime_ns:{os.stat(f'{shard}.arrow').st_mtime_ns}"
+        Path(f"{shard}.json").write_text(json.dumps(receipt))
+        problems = [str(p) for p in sft_problems(store, pipeline.blend)]
+        assert f"{shard}.arrow: holds {table.num_rows - 1:,} samples, its receipt says {table.num_rows:,}" \
+            in problems, problems

@@ -1,7 +1,7 @@
 """A packed shard laid out at once (sft/steps/pack_step.py ``build_at_once``) against the same shard built sample by
 sample (``build_sample_by_sample``, `packing.build_bin` per bin): the same bytes and counts for any samples, plan,
 copies and row-group size; the bins read back with pyarrow unpack into the samples as this file computes them; and
-`read_samples` gathers the plan's rows from several samples files and row groups in plan order."""
+`read_samples` gathers the plan's rows from several samples files and record batches in plan order."""
 
 import hashlib
 
@@ -117,12 +117,14 @@ def test_padding_or_an_over_long_sample_is_built_sample_by_sample():
 
 
 def write_samples_file(root, file: str, table: pa.Table, group_rows: int) -> None:
-    path = root / (sft_samples_prefix("blend", ShardKey.parse(file)) + ".parquet")
+    """A samples file of record batches of `group_rows` rows, written with pyarrow's own IPC writer."""
+    path = root / (sft_samples_prefix("blend", ShardKey.parse(file)) + ".arrow")
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, row_group_size=group_rows)
+    with pa.ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table, max_chunksize=group_rows)
 
 
-def test_read_samples_gathers_rows_of_several_files_and_row_groups_in_plan_order(tmp_path):
+def test_read_samples_gathers_rows_of_several_files_and_record_batches_in_plan_order(tmp_path):
     first, second = samples_table([3, 8, 2, 30, 7, 12, 5], seed=1), samples_table([4, 9, 21], seed=2)
     write_samples_file(tmp_path, "a/shard_00000", first, group_rows=3)
     write_samples_file(tmp_path, "b/shard_00003", second, group_rows=2)
@@ -142,5 +144,5 @@ def test_read_samples_gathers_rows_of_several_files_and_row_groups_in_plan_order
     assert one.input_ids.tolist() == expected[4]["input_ids"] and one.source_row == expected[4]["source_row"]
 
     missing = pa.table({"file": ["a/shard_00000"], "row": [7]})
-    with pytest.raises(RuntimeError, match=r"a/shard_00000.parquet has no row 7, which the plan names"):
+    with pytest.raises(RuntimeError, match=r"a/shard_00000.arrow has no row 7, which the plan names"):
         read_samples(Storage(str(tmp_path)), "blend", missing)

@@ -8,11 +8,13 @@ its columns cannot hold must be named by file and row when the packer reads it. 
 that parsed the tokenizer first (pool.py) must write the same bytes too.
 """
 
+import hashlib
 import json
 import subprocess
 import sys
 
 import numpy as np
+import polars
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -51,15 +53,18 @@ def spec(tmp_path_factory) -> ChatFormatSpec:
 def test_workers_write_the_bytes_one_process_writes(spec, tmp_path):
     shard = tmp_path / "shard.parquet"
     write_shard(shard, harmony_rows(2 * BATCH_ROWS + 17))  # three batches, the last one short
-    one = build_samples_file(shard, "shard.parquet", spec, tmp_path / "one.parquet", workers=1)
-    two = build_samples_file(shard, "shard.parquet", spec, tmp_path / "two.parquet", workers=2)
-    assert (tmp_path / "one.parquet").read_bytes() == (tmp_path / "two.parquet").read_bytes()
+    one = build_samples_file(shard, "shard.parquet", spec, tmp_path / "one.arrow", workers=1)
+    two = build_samples_file(shard, "shard.parquet", spec, tmp_path / "two.arrow", workers=2)
+    assert (tmp_path / "one.arrow").read_bytes() == (tmp_path / "two.arrow").read_bytes()
     assert one.as_dict() == two.as_dict()
     kept = [n for n in range(2 * BATCH_ROWS + 17) if n % 7 != 3]
     assert one.rows == 2 * BATCH_ROWS + 17 and one.filtered == {"empty_completion": 2 * BATCH_ROWS + 17 - len(kept)}
-    table = pq.read_table(tmp_path / "one.parquet")
-    assert table.num_rows == one.samples == one.conversations == len(kept)
-    assert table.column("row").to_pylist() == kept
+    table = polars.read_ipc(tmp_path / "one.arrow")  # another reader than the steps' own
+    assert table.height == one.samples == one.conversations == len(kept)
+    assert table["row"].to_list() == kept
+    assert [len(ids) for ids in table["input_ids"].to_list()] == table["length"].to_list()
+    assert table.schema["input_ids"] == polars.List(polars.Int32)
+    assert one.sha256 == hashlib.sha256((tmp_path / "one.arrow").read_bytes()).hexdigest()
     assert one.eos_id is None and one.tokenizer_backend  # the small tokenizer names no EOS token
 
 
@@ -68,12 +73,12 @@ def test_an_unreadable_row_is_named_by_shard_and_row_from_inside_a_worker(spec, 
     rows[BATCH_ROWS + 1]["messages"] = '[{"role": "user", "content": "cut'
     write_shard(tmp_path / "shard.parquet", rows)
     with pytest.raises(InputError, match=rf"shard.parquet.*row {BATCH_ROWS + 1}.*messages.*not valid JSON"):
-        build_samples_file(tmp_path / "shard.parquet", "shard.parquet", spec, tmp_path / "out.parquet", workers=2)
+        build_samples_file(tmp_path / "shard.parquet", "shard.parquet", spec, tmp_path / "out.arrow", workers=2)
 
 
 def test_an_empty_shard_still_records_the_tokenizer_facts(spec, tmp_path):
     pq.write_table(pa.Table.from_pylist(harmony_rows(1)).slice(0, 0), tmp_path / "shard.parquet")
-    stats = build_samples_file(tmp_path / "shard.parquet", "shard.parquet", spec, tmp_path / "out.parquet")
+    stats = build_samples_file(tmp_path / "shard.parquet", "shard.parquet", spec, tmp_path / "out.arrow")
     assert stats.samples == 0 and stats.tokenizer_backend
 
 
@@ -82,12 +87,12 @@ def test_the_packer_names_a_samples_file_row_holding_an_impossible_mask_value(sp
     rows = [{**row, "quality_completion_nonempty": True} for row in harmony_rows(BATCH_ROWS + 20)]
     write_shard(shard, rows)  # one sample per row: samples-file row n is shard row n
     store = Storage(str(tmp_path / "root"))
-    target = tmp_path / "root" / (sft_samples_prefix("blend", ShardKey.parse("chat/shard_00000")) + ".parquet")
+    target = tmp_path / "root" / (sft_samples_prefix("blend", ShardKey.parse("chat/shard_00000")) + ".arrow")
     target.parent.mkdir(parents=True)
     build_samples_file(shard, "shard.parquet", spec, target)
     plan_rows = pa.table({"file": ["chat/shard_00000"] * 2, "row": [1, BATCH_ROWS + 3]})
     found = read_samples(store, "blend", plan_rows)
-    original = pq.read_table(target)
+    original = pa.ipc.open_file(target).read_all()
     assert np.array_equal(found.by_position(plan_rows)[("chat/shard_00000", BATCH_ROWS + 3)].input_ids,
                           original.column("input_ids")[BATCH_ROWS + 3].values.to_numpy())
 
@@ -95,8 +100,9 @@ def test_the_packer_names_a_samples_file_row_holding_an_impossible_mask_value(sp
     masks[BATCH_ROWS + 3][1] = 2
     broken = original.set_column(original.schema.get_field_index("assistant_mask"), "assistant_mask",
                                  pa.array(masks, type=pa.list_(pa.uint8())))
-    pq.write_table(broken, target, row_group_size=BATCH_ROWS)
-    with pytest.raises(RuntimeError, match=rf"shard_00000.parquet row {BATCH_ROWS + 3}: assistant_mask holds 2"):
+    with pa.ipc.new_file(target, broken.schema) as writer:
+        writer.write_table(broken, max_chunksize=BATCH_ROWS)
+    with pytest.raises(RuntimeError, match=rf"shard_00000.arrow row {BATCH_ROWS + 3}: assistant_mask holds 2"):
         read_samples(store, "blend", plan_rows)
 
 
@@ -124,12 +130,12 @@ def test_workers_forked_after_a_preload_write_the_bytes_one_process_writes(spec,
     build in the same process spawns them (fastokens is imported now). Both write what one process writes."""
     shard = tmp_path / "shard.parquet"
     write_shard(shard, harmony_rows(BATCH_ROWS + 40))
-    one = build_samples_file(shard, "shard.parquet", spec, tmp_path / "one.parquet", workers=1)
+    one = build_samples_file(shard, "shard.parquet", spec, tmp_path / "one.arrow", workers=1)
     run = subprocess.run([sys.executable, "-c", FORKING_RUN, spec.tokenizer_model, str(shard),
-                          str(tmp_path / "forked.parquet"), str(tmp_path / "spawned.parquet")],
+                          str(tmp_path / "forked.arrow"), str(tmp_path / "spawned.arrow")],
                          capture_output=True, text=True, check=True)
     report = json.loads(run.stdout)
     assert report["imported_before"] is False and report["forked"] == [True, False] and report["left"] == 0
     for name in ("forked", "spawned"):
-        assert (tmp_path / f"{name}.parquet").read_bytes() == (tmp_path / "one.parquet").read_bytes()
+        assert (tmp_path / f"{name}.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
     assert report["stats"] == [one.as_dict()] * 2

@@ -20,6 +20,7 @@ from nemotron_assets.sft.harmony import HARMONY
 from nemotron_assets.sft.o200k import HARMONY_SPECIAL_TOKENS
 from nemotron_assets.sft.pool import format_of
 from nemotron_assets.sft.samples import ConversationSamples, check_conversation, samples_for_conversations
+from nemotron_assets.sft.samples_file import METADATA_COLUMNS, SCHEMA
 from nemotron_assets.sft.split import split_key
 from nemotron_assets.sft.steps.stats import MAX_EXAMPLES, add_histograms, log2_histogram
 
@@ -28,18 +29,6 @@ O200K_EOS = "<|return|>"  # o200k_harmony's end of sequence (Bridge pads with it
 READ_COLUMNS = ["id", "dataset", "messages", "tools", "quality_valid_harmony", "quality_completion_nonempty",
                 "quality_valid_tool_schema", "quality_placeholder_prompt", "meta_reasoning_effort", "source_used_in",
                 "source_license", "source_row"]
-SCHEMA = pa.schema([
-    ("id", pa.string()), ("dataset", pa.string()), ("row", pa.int64()), ("sample", pa.int32()),
-    ("user_turn", pa.int32()), ("split_key", pa.string()), ("used_in", pa.list_(pa.string())),
-    ("license", pa.string()), ("source_row", pa.int64()), ("length", pa.int32()), ("trained", pa.int32()),
-    ("input_ids", pa.list_(pa.int32())), ("assistant_mask", pa.list_(pa.uint8())),
-    ("masked_spans", pa.list_(pa.int32())),
-])
-#: Dictionary-encode the repeated strings only: token arrays are near-unique values, and trying a dictionary on them
-#: costs write time for nothing.
-DICTIONARY_COLUMNS = ["id", "dataset", "split_key", "used_in", "license"]
-#: The columns the plan reads (everything but the token arrays).
-METADATA_COLUMNS = [name for name in SCHEMA.names if name not in ("input_ids", "assistant_mask", "masked_spans")]
 DEFAULT_EFFORT = "medium"
 
 

@@ -41,6 +41,7 @@ from nemotron_assets.posttrain.downstream import dedup_inputs, pool_inputs
 from nemotron_assets.posttrain.pool_names import POOL_NAMES
 from nemotron_assets.posttrain.pools import PoolThresholds
 from nemotron_assets.records import Freshness, Receipt, SourceManifest, freshness, read_receipt, require_manifest
+from nemotron_assets.sft import samples_file
 from nemotron_assets.sft.chat_format import ChatFormatSpec, default_tokenizer_model
 from nemotron_assets.sft.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_BASE_SHA256, O200K_HARMONY
 from nemotron_assets.sft.settings import BUILTIN_TEMPLATES, SftSettings
@@ -49,9 +50,9 @@ from nemotron_assets.sft.steps.batch_render import O200K_EOS
 from nemotron_assets.sft.templates import RENDER_DATE
 from nemotron_assets.storage import Storage
 
-#: 3: masked-role search finds tool-call arguments JSON-escaped too; 2: masked-role spans at the earliest place,
-#: plain-encoded token columns
-SAMPLES_FORMAT = "sft-samples/3"
+#: 4: an Arrow IPC file (samples_file.py); 3: masked-role search finds tool-call arguments JSON-escaped too;
+#: 2: masked-role spans at the earliest place, plain-encoded token columns
+SAMPLES_FORMAT = "sft-samples/4"
 PLAN_FORMAT = "sft-plan/2"  # 2: a split's shards of even sizes (plan_step.shard_bounds)
 PACKED_FORMAT = "sft-packed/2"  # 2: plain-encoded token columns
 MANIFEST_FORMAT = "sft-manifest/1"
@@ -179,7 +180,7 @@ def current_samples(store: Storage, blend: Blend, base: str, chat: dict) -> list
             if not state.done:
                 not_done.append(f"{key} ({state.state.value}: {state.reason})")
                 continue
-            files.append(SamplesFile(key, sft_samples_prefix(base, key) + ".parquet", state.receipt))
+            files.append(SamplesFile(key, sft_samples_prefix(base, key) + samples_file.SUFFIX, state.receipt))
     if not_done:
         shown = "; ".join(not_done[:5]) + (f"; and {len(not_done) - 5} more" if len(not_done) > 5 else "")
         raise NotReady(f"SFT samples are not up to date: {shown}; materialize {blend.name}/sft_samples first")
@@ -258,7 +259,7 @@ def plan_inputs(store: Storage, blend: Blend, base: str, chat: dict | None = Non
              if isinstance(sft.from_, list) else {})
     inputs = {
         "format": PLAN_FORMAT,
-        "samples": {str(f.key): f.receipt.files[".parquet"]["sha256"] for f in samples},
+        "samples": {str(f.key): f.receipt.files[samples_file.SUFFIX]["sha256"] for f in samples},
         "duplicates": current_duplicates(store, blend, base),
         "pools": pools,
         "holdout": blend.holdout.model_dump() if blend.holdout is not None else None,

@@ -1,9 +1,9 @@
 """``sft_packed``: one packed shard, ``<split>/shard_NNNNN``, built exactly as the plan says.
 
 The shard's plan rows (a row group of ``plan.parquet``) name, bin by bin and position by position, which sample
-(samples file, row) and which copy goes where, and how long it is stored. The step reads just those samples (a row
-group of each samples file at a time, keeping the rows it needs: `read_samples`) and lays the bins out: ids end to
-end, the loss mask shifted inside each sample, ``seq_start_id`` from 0. It writes
+(samples file, row) and which copy goes where, and how long it is stored. The step reads just those samples (a
+record batch of each samples file at a time, keeping the rows it needs: `read_samples`) and lays the bins out: ids
+end to end, the loss mask shifted inside each sample, ``seq_start_id`` from 0. It writes
 ``<base>/sft/<split>/shard_NNNNN.parquet`` (Megatron-Bridge's packed Parquet, a row per bin) and
 ``shard_NNNNN.samples.parquet`` ((bin, offset) -> id, sample, dataset, source row, copy).
 
@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from nemotron_assets.blend import Blend
 from nemotron_assets.layout import SftShardKey, ShardKey, sft_packed_prefix, sft_plan_prefix, sft_samples_prefix
 from nemotron_assets.records import Receipt, freshness, rebuild_reason, receipt_path, write_receipt
+from nemotron_assets.sft import samples_file
 from nemotron_assets.sft.masks import truncate_sample
 from nemotron_assets.sft.packing import (
     PackSample,
@@ -55,7 +56,7 @@ from nemotron_assets.sft.steps.stats import log2_histogram
 from nemotron_assets.sft.writers import ROW_GROUP_BINS, PackedShardWriter, ShardFiles, write_laid_out_shard
 from nemotron_assets.storage import Storage
 
-#: The columns of a samples file (batch_render.SCHEMA) that packing and its checks read.
+#: The columns of a samples file (samples_file.SCHEMA) that packing and its checks read.
 SAMPLE_SCHEMA = pa.schema([
     ("id", pa.string()), ("dataset", pa.string()), ("sample", pa.int32()), ("license", pa.string()),
     ("source_row", pa.int64()), ("input_ids", pa.list_(pa.int32())), ("assistant_mask", pa.list_(pa.uint8())),
@@ -118,7 +119,7 @@ def plan_rows(store: Storage, base: str, key: SftShardKey) -> pa.Table:
 
 @dataclass(frozen=True)
 class ShardSamples:
-    """The samples a shard's plan rows name, as read: the wanted rows of each row group read (``parts``: tables of
+    """The samples a shard's plan rows name, as read: the wanted rows of each record batch read (``parts``: tables of
     `SAMPLE_COLUMNS`, one chunk each), and for plan row ``i`` its part and row there. A sample placed twice, as two
     copies, is read once. Columns come out in plan order (`column`, `list_parts`): gathering them ourselves is
     several times faster than Arrow's ``take`` of list columns."""
@@ -183,7 +184,7 @@ class ShardSamples:
 def read_samples(store: Storage, base: str, rows: pa.Table) -> ShardSamples:
     """The samples the plan rows name.
 
-    Only the row groups holding a wanted row are read, one at a time, and each one's token columns are validated
+    Only the record batches holding a wanted row are read, one at a time, and each one's token columns are validated
     whole (ids non-negative, mask 0/1: `_validated`), so packing does not check sample by sample again."""
     files, numbers = rows.column("file").to_pylist(), rows.column("row").to_numpy().astype(np.int64)
     names = sorted(set(files))
@@ -192,17 +193,15 @@ def read_samples(store: Storage, base: str, rows: pa.Table) -> ShardSamples:
     keys = np.array([index_of[file] for file in files], dtype=np.int64) << 40 | numbers
     parts, part_keys = [], []
     for index, file in enumerate(names):
-        path = sft_samples_prefix(base, ShardKey.parse(file)) + ".parquet"
+        path = sft_samples_prefix(base, ShardKey.parse(file)) + samples_file.SUFFIX
         needed = np.unique(numbers[keys >> 40 == index])
-        found = 0
+        found = start = 0
         with store.open(path) as stream:
-            parquet = pq.ParquetFile(stream)
-            start = 0
-            for group in range(parquet.num_row_groups):
-                count = parquet.metadata.row_group(group).num_rows
+            counts, reader = samples_file.row_counts(stream), samples_file.reader(stream, SAMPLE_COLUMNS)
+            for number, count in enumerate(counts):
                 here = needed[(needed >= start) & (needed < start + count)] - start
                 if len(here):
-                    table = _validated(parquet.read_row_group(group, columns=SAMPLE_COLUMNS), store.url(path), start)
+                    table = _validated(pa.Table.from_batches([reader.get_batch(number)]), store.url(path), start)
                     parts.append(table.take(pa.array(here)).combine_chunks())
                     part_keys.append(index << 40 | (start + here))
                     found += len(here)
@@ -218,7 +217,7 @@ def read_samples(store: Storage, base: str, rows: pa.Table) -> ShardSamples:
 
 
 def _validated(group: pa.Table, url: str, first_row: int) -> pa.Table:
-    """The row group, after checking its token columns whole; a bad value is an error naming the file and row (the
+    """The record batch, after checking its token columns whole; a bad value is an error naming the file and row (the
     samples file was not written by this code, or was damaged in a way its checksum did not catch)."""
     group = group.combine_chunks()
     for name, bad in (("input_ids", lambda values: values < 0), ("assistant_mask", lambda values: values > 1)):

@@ -1,6 +1,6 @@
 """``sft_plan``: which sample goes to which split, how many times, and into which bin of which packed shard.
 
-It reads only the metadata columns of every samples file (`samples_step.METADATA_COLUMNS`, never the token
+It reads only the metadata columns of every samples file (`samples_file.METADATA_COLUMNS`, never the token
 arrays, except those of over-long samples under ``overlong: truncate``), in blend order, then shard, then row, and
 decides for each sample:
 
@@ -44,6 +44,7 @@ from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError
 from nemotron_assets.layout import SftShardKey, duplicates_path, pool_dir, sft_plan_prefix
 from nemotron_assets.records import Receipt, freshness, rebuild_reason, receipt_path, write_receipt
+from nemotron_assets.sft import samples_file
 from nemotron_assets.sft.masks import truncate_sample
 from nemotron_assets.sft.packing import OVERLONG, OVERLONG_NOTHING_TRAINED, TOO_SHORT, PackSettings, plan_bins
 from nemotron_assets.sft.split import SPLITS, assign_split, repeat_count
@@ -195,10 +196,10 @@ def _truncation_keeps_training(store: Storage, path: str, rows: list[int], setti
     those rows' ids and masks, a row group at a time)."""
     wanted, kept, start = set(rows), {}, 0
     with store.open(path) as stream:
-        for batch in pq.ParquetFile(stream).iter_batches(columns=["input_ids", "assistant_mask"]):
+        for batch in samples_file.batches(stream, ["input_ids", "assistant_mask"]):
             for i in sorted(r - start for r in wanted if start <= r < start + batch.num_rows):
-                ids = np.asarray(batch.column(0)[i].values, dtype=np.int32)
-                mask = np.asarray(batch.column(1)[i].values, dtype=np.uint8)
+                ids = np.asarray(batch.column("input_ids")[i].values, dtype=np.int32)
+                mask = np.asarray(batch.column("assistant_mask")[i].values, dtype=np.uint8)
                 _, cut = truncate_sample(ids, mask, settings.max_positions + 1, end_of_turn)
                 kept[start + i] = bool(cut[1:].any())
             start += batch.num_rows
@@ -210,19 +211,18 @@ def select_samples(store: Storage, blend: Blend, base: str, files: list[SamplesF
                    ) -> dict[str, Candidates]:
     """Steps 1-4 of the module docstring over every samples file: the packed samples of each split, in order."""
     candidates = {split: Candidates() for split in SPLITS}
-    for index, samples_file in enumerate(files):
-        dataset = samples_file.key.dataset
+    for index, source in enumerate(files):
+        dataset = source.key.dataset
         taken: dict[str, tuple[list, list, list, list]] = {split: ([], [], [], []) for split in SPLITS}
         overlong: list[tuple[str, int, int, int]] = []  # (split, row in file, copies, position in taken)
         decided: dict[int, tuple[str | None, str, int]] = {}  # Harmony row -> (exclusion, split, copies)
         file_row = 0
-        with store.open(samples_file.path) as stream:
-            batches = pq.ParquetFile(stream).iter_batches(columns=READ_COLUMNS)
-            for batch in batches:
+        with store.open(source.path) as stream:
+            for batch in samples_file.batches(stream, READ_COLUMNS):
                 for row_id, row, key, used_in, length in zip(*(batch.column(c).to_pylist() for c in READ_COLUMNS)):
                     here, file_row = file_row, file_row + 1
                     if row not in decided:
-                        why = selection.exclusion(dataset, samples_file.key.index, index, row, row_id, used_in)
+                        why = selection.exclusion(dataset, source.key.index, index, row, row_id, used_in)
                         split, copies = selection.split_and_copies(dataset, key, row_id) if why is None else ("", 0)
                         decided[row] = (why or ("weight" if copies == 0 else None), split, copies)
                     why, split, copies = decided[row]
@@ -245,7 +245,7 @@ def select_samples(store: Storage, blend: Blend, base: str, files: list[SamplesF
                                    else settings.max_positions + 1)
                     truncated.append(length - 1 > settings.max_positions)
         if overlong:
-            keeps = _truncation_keeps_training(store, samples_file.path, [row for _, row, _, _ in overlong], settings,
+            keeps = _truncation_keeps_training(store, source.path, [row for _, row, _, _ in overlong], settings,
                                                end_of_turn)
             for split, row, copies, position in overlong:
                 if not keeps[row]:

@@ -16,14 +16,15 @@ it can fork the workers, it parses the tokenizer files once for all of them firs
 row with its own reasoning effort (``meta_reasoning_effort``: the system message's ``Reasoning:`` line), as the row
 was normalized.
 
-Output ``<base>/sft/samples/<dataset>/shard_NNNNN.parquet`` (zstd, a row group per batch), one row per sample
-(`SCHEMA`): ``id``, ``dataset``, ``row`` (the row in the Harmony shard), ``sample`` (its index in the conversation),
-``user_turn``, ``split_key`` (`split.split_key`: the first user prompt), ``used_in``, ``license``, ``source_row``
-(the row in the raw source file), ``length``, ``trained`` (tokens with mask 1), ``input_ids`` (list<int32>),
-``assistant_mask`` (list<uint8>, unshifted) and ``masked_spans`` (list<int32>, flat ``[start, end)`` token ranges
-of system/developer/user/tool text, `masked_roles.py`). The receipt (inputs: `inputs.samples_inputs`) also records
-what the later steps need from the tokenizer without loading it: the EOS id (the pad id of ``pad_to_multiple``) and
-the template's end-of-turn ids (what a truncated sample ends with).
+Output ``<base>/sft/samples/<dataset>/shard_NNNNN.arrow`` (an Arrow IPC file, zstd, a record batch per batch:
+samples_file.py says why not Parquet), one row per sample (`samples_file.SCHEMA`): ``id``, ``dataset``, ``row`` (the
+row in the Harmony shard), ``sample`` (its index in the conversation), ``user_turn``, ``split_key``
+(`split.split_key`: the first user prompt), ``used_in``, ``license``, ``source_row`` (the row in the raw source
+file), ``length``, ``trained`` (tokens with mask 1), ``input_ids`` (list<int32>), ``assistant_mask`` (list<uint8>,
+unshifted) and ``masked_spans`` (list<int32>, flat ``[start, end)`` token ranges of system/developer/user/tool text,
+`masked_roles.py`). The receipt (inputs: `inputs.samples_inputs`) also records what the later steps need from the
+tokenizer without loading it: the EOS id (the pad id of ``pad_to_multiple``) and the template's end-of-turn ids
+(what a truncated sample ends with).
 """
 
 import os
@@ -38,22 +39,18 @@ import pyarrow.parquet as pq
 from nemotron_assets.blend import Blend
 from nemotron_assets.layout import ShardKey, harmony_shard_path, sft_samples_prefix
 from nemotron_assets.records import Receipt, freshness, rebuild_reason, receipt_path, require_manifest, write_receipt
+from nemotron_assets.sft import samples_file
 from nemotron_assets.sft.chat_format import ChatFormatSpec
 from nemotron_assets.sft.pool import in_order
-from nemotron_assets.sft.steps.batch_render import (  # noqa: F401  (SCHEMA, METADATA_COLUMNS: this step's file)
-    DICTIONARY_COLUMNS,
-    METADATA_COLUMNS,
-    READ_COLUMNS,
-    SCHEMA,
-    SamplesStats,
-    _with_tokenizer_facts,
-    render_batch,
-)
+from nemotron_assets.sft.steps.batch_render import READ_COLUMNS, SamplesStats, _with_tokenizer_facts, render_batch
 from nemotron_assets.sft.steps.inputs import chat_format_spec, chat_identity, samples_inputs
 from nemotron_assets.storage import Storage, locate_os_errors
 
 BATCH_ROWS = 512  # conversations rendered (and written as one row group) at a time
 PARALLEL_BYTES = 32 << 20  # a Harmony shard this large renders on every core (workers take seconds to start)
+#: What samples files were before ``sft-samples/4`` (inputs.SAMPLES_FORMAT): Parquet. A rebuild deletes such a file,
+#: which nothing reads any more.
+LEGACY_SUFFIX = ".parquet"
 
 
 def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, workers: int = 1) -> SamplesStats:
@@ -61,7 +58,7 @@ def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, worker
     ``out`` (local); ``url`` names the shard in errors and examples. This process reads batches and writes their
     tables; `render_batch` does the rest, in `workers` processes."""
     stats = SamplesStats()
-    with pq.ParquetWriter(out, SCHEMA, compression="zstd", use_dictionary=DICTIONARY_COLUMNS) as writer:
+    with samples_file.writer(out) as writer:
         for table, batch_stats in in_order(render_batch, _tasks(source, spec, url), spec, workers):
             stats.add(batch_stats)
             writer.write_table(table)
@@ -120,13 +117,14 @@ def materialize_samples(store: Storage, blend: Blend, base: str, key: ShardKey, 
     if workers is None:
         workers = (os.cpu_count() or 1) if inputs["harmony_shard"]["bytes"] >= PARALLEL_BYTES else 1
     with store.staging() as folder:
-        staged = folder / "samples.parquet"
+        staged = folder / f"samples{samples_file.SUFFIX}"
         with locate_os_errors(folder), store.open(harmony) as source:
             stats = build_samples_file(source, store.url(harmony), chat_format_spec(blend), staged, workers)
         receipt = Receipt(kind="sft_samples", key=str(key), inputs=inputs,
-                          files={".parquet": {"bytes": stats.bytes, "sha256": stats.sha256}}, stats=stats.as_dict(),
-                          extra={"blend": blend.name})
+                          files={samples_file.SUFFIX: {"bytes": stats.bytes, "sha256": stats.sha256}},
+                          stats=stats.as_dict(), extra={"blend": blend.name})
         store.delete(receipt_path(prefix))
-        store.commit(staged, f"{prefix}.parquet")
+        store.delete(f"{prefix}{LEGACY_SUFFIX}")
+        store.commit(staged, f"{prefix}{samples_file.SUFFIX}")
         receipt = write_receipt(store, prefix, receipt)
     return SamplesOutcome(key, "built", receipt, time.monotonic() - started, because)

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 from nemotron_assets.blend import Blend
 from nemotron_assets.errors import InputError
 from nemotron_assets.layout import SftShardKey, sft_dir
+from nemotron_assets.sft import samples_file
 from nemotron_assets.sft.steps.pack_checks import check_packed_shard
-from nemotron_assets.sft.steps.samples_step import SCHEMA as SAMPLES_SCHEMA
 from nemotron_assets.sft.steps.states import SftOutput, receipt_of, sft_states
 from nemotron_assets.status import Problem
 from nemotron_assets.storage import Storage
@@ -40,6 +40,8 @@ def sft_problems(store: Storage, blend: Blend) -> list[Problem]:
 def _main_file(blend: Blend, output: SftOutput) -> str:
     if output.asset == "sft_manifest":
         return f"{sft_dir(blend.name)}/manifest.json"
+    if output.asset == "sft_samples":
+        return f"{output.prefix}{samples_file.SUFFIX}"
     return f"{output.prefix}.parquet"
 
 
@@ -51,12 +53,12 @@ def _rows(store: Storage, relative: str) -> pq.FileMetaData:
 def _content_problems(store: Storage, blend: Blend, output: SftOutput, url: str, plan) -> list[Problem]:
     stats = output.freshness.receipt.stats
     if output.asset == "sft_samples":
-        metadata = _rows(store, f"{output.prefix}.parquet")
-        found = [f"holds {metadata.num_rows:,} samples, its receipt says {stats['samples']:,}"] \
-            if metadata.num_rows != stats["samples"] else []
-        if not metadata.schema.to_arrow_schema().equals(SAMPLES_SCHEMA):
-            found.append("its columns are not the samples schema (sft/steps/samples_step.py)")
-        return [Problem(url, why) for why in found]
+        with store.open(f"{output.prefix}{samples_file.SUFFIX}") as stream:
+            if not samples_file.file_schema(stream).equals(samples_file.SCHEMA):
+                return [Problem(url, "its columns are not the samples schema (sft/samples_file.py)")]
+            rows = sum(samples_file.row_counts(stream))
+        return [Problem(url, f"holds {rows:,} samples, its receipt says {stats['samples']:,}")] \
+            if rows != stats["samples"] else []
     if output.asset == "sft_plan":
         rows = _rows(store, f"{output.prefix}.parquet").num_rows
         planned = sum(shard["samples"] for shard in stats["shards"].values())
