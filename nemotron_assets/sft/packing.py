@@ -317,56 +317,55 @@ def shuffle_order(n: int, seed: int, window: int) -> np.ndarray:
 
 
 class _FirstFit:
-    """Free space per bin in a max-tree: the lowest-numbered bin with room in O(log bins).
+    """Bins in a max-tree of their free space: each item goes into the lowest-numbered bin with room in O(log bins).
 
     Leaves ``size .. 2 * size - 1`` hold the free positions of bins ``0 .. size - 1`` (0 for a bin not opened yet,
-    which no sample of length >= 1 can use); every inner node holds the max of its two children.
-    """
+    which no item of length >= 1 can use); every inner node holds the max of its two children. One method does the
+    search and the update (a method call per item, not two: this loop is most of ``sft_plan``'s time)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, pack_size: int) -> None:
         self.size = 1 << max(0, capacity - 1).bit_length()
         self.tree = [0] * (2 * self.size)
+        self.pack_size = pack_size
+        self.opened = 0
 
-    def find(self, need: int) -> int:
-        """The lowest bin with at least ``need`` free positions, or -1."""
-        tree = self.tree
-        if tree[1] < need:
-            return -1
-        node = 1
-        while node < self.size:
-            node *= 2
-            if tree[node] < need:
-                node += 1
-        return node - self.size
-
-    def set(self, bin_index: int, free: int) -> None:
-        tree = self.tree
-        node = self.size + bin_index
+    def place(self, need: int) -> int:
+        """Put an item of ``need`` positions into the lowest-numbered bin with room, or into a new bin when none
+        has room; return that bin's number."""
+        tree, size = self.tree, self.size
+        if tree[1] >= need:  # some bin has room: walk down to the leftmost one
+            node = 1
+            while node < size:
+                node *= 2
+                if tree[node] < need:
+                    node += 1
+            free = tree[node] - need
+        else:
+            node = size + self.opened
+            self.opened += 1
+            free = self.pack_size - need
         tree[node] = free
+        placed = node - size
         node //= 2
-        while node:
-            best = max(tree[2 * node], tree[2 * node + 1])
+        while node:  # the maxima above the leaf, until one does not change
+            left, right = tree[2 * node], tree[2 * node + 1]
+            best = left if left > right else right
             if tree[node] == best:
-                break  # nothing above can change
+                break
             tree[node] = best
             node //= 2
+        return placed
 
 
 def first_fit(lengths: Sequence[int], order: Iterable[int], pack_size: int) -> list[list[int]]:
     """Place the items in ``order``, each into the lowest-numbered bin with room; bins hold item indices."""
-    index = _FirstFit(len(lengths))
+    packer = _FirstFit(len(lengths), pack_size)
     bins: list[list[int]] = []
-    free: list[int] = []
     for item in order:
-        need = lengths[item]
-        target = index.find(need)
-        if target < 0:
-            target = len(bins)
+        placed = packer.place(lengths[item])
+        if placed == len(bins):
             bins.append([])
-            free.append(pack_size)
-        bins[target].append(item)
-        free[target] -= need
-        index.set(target, free[target])
+        bins[placed].append(item)
     return bins
 
 
