@@ -123,5 +123,32 @@ def test_harmony_path_on_s3_writes_the_same_bytes_as_on_local_disk(s3_env, tmp_p
             assert data == remote[name], name
 
 
+def test_packed_sft_on_s3_writes_the_same_bytes_as_on_local_disk(s3_env, tmp_path):
+    """The packed SFT steps (samples files read back from S3 by the plan and the packer, as Arrow IPC over s3fs)
+    once to s3:// and once to local disk: the same SFT files, the same bytes."""
+    from nemotron_assets_tests.assets.test_sft_assets import SftPipeline
+
+    for root, endpoint in (("s3://data/sft", s3_env), (tmp_path / "local", None)):
+        with dg.instance_for_test() as instance:
+            pipeline = SftPipeline(root, instance, endpoint_url=endpoint)
+            pipeline.upstream()
+            pipeline.packed_sft()
+
+    fs = _fs(s3_env)
+    remote = {path.removeprefix("data/sft/"): fs.cat_file(path) for path in fs.find("data/sft")
+              if "/sft/" in path.removeprefix("data/sft/")}
+    local = {str(p.relative_to(tmp_path / "local")): p.read_bytes()
+             for p in (tmp_path / "local").rglob("*") if p.is_file() and "/sft/" in str(p.relative_to(tmp_path))}
+    assert sorted(remote) == sorted(local)
+    assert any(name.endswith(".arrow") for name in remote) and any(name.endswith("manifest.json") for name in remote)
+    for name, data in local.items():
+        if _is_receipt(data):
+            mine, theirs = json.loads(data), json.loads(remote[name])
+            assert mine.pop("committed").keys() == theirs.pop("committed").keys(), name
+            assert mine == theirs, name
+        else:
+            assert data == remote[name], name
+
+
 def _is_receipt(data: bytes) -> bool:
     return data.startswith(b"{") and b'"receipt_version"' in data

@@ -42,11 +42,11 @@ PACK_SIZE = 1024
 class SftPipeline:
     """The blend's source split, Harmony path and packed SFT (full build, or the sample twins of ``sample``)."""
 
-    def __init__(self, root: Path, instance: dg.DagsterInstance, blend=None, sample: str | None = None,
-                 lineage: WandbLineage | None = None) -> None:
+    def __init__(self, root: Path | str, instance: dg.DagsterInstance, blend=None, sample: str | None = None,
+                 lineage: WandbLineage | None = None, endpoint_url: str | None = None) -> None:
         self.blend = blend or load_blend(SAMPLE)
         self.lineage = lineage or WandbLineage()
-        self.sample, self.root, self.instance = sample, root, instance
+        self.sample, self.root, self.instance, self.endpoint_url = sample, root, instance, endpoint_url
         scope = Scope(self.blend.name, samples=sample is not None)
         self.scope = scope
         pretrain = build_pretrain_assets(self.blend, SAMPLE, scope)
@@ -64,10 +64,10 @@ class SftPipeline:
     def run(self, asset, partitions=None, raise_on_error=True):
         tags = {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]} \
             if partitions else {}
+        storage = StorageResource(root=str(self.root), endpoint_url=self.endpoint_url)
         return dg.materialize(self.definitions, selection=[asset.key], instance=self.instance, tags=tags,
                               raise_on_error=raise_on_error, partition_key=None if partitions or not self.sample
-                              else self.sample,
-                              resources={"storage": StorageResource(root=str(self.root)), "lineage": self.lineage})
+                              else self.sample, resources={"storage": storage, "lineage": self.lineage})
 
     def keys(self, partitions: dg.PartitionsDefinition) -> list[str]:
         return self.instance.get_dynamic_partitions(partitions.name)
