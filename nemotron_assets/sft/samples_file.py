@@ -11,7 +11,7 @@ rows from across all of it (``first_fit_shuffle``), so the read is paid once per
 The file holds one record batch per rendered batch (`samples_step.BATCH_ROWS` conversations), in shard order; the
 same table gives the same bytes. Any Arrow reader opens it: ``pyarrow.ipc.open_file``, ``pyarrow.feather``,
 ``polars.read_ipc``. Readers here take only the columns they need (`batches` with ``columns``): the others are
-neither decompressed nor, from S3, downloaded.
+neither read nor decompressed (the ``sample`` column alone reads 75 KB of that 22.8 MB file).
 """
 
 from collections.abc import Iterator, Sequence
@@ -62,11 +62,11 @@ def reader(source, columns: Sequence[str] | None = None) -> ipc.RecordBatchFileR
     an error naming it (the file was not written by this code: its receipt's checksum would have said so first)."""
     if isinstance(source, Path):
         source = str(source)
-    reader = ipc.open_file(source)
+    whole = ipc.open_file(source)
     if columns is None:
-        return reader
-    missing = [name for name in columns if reader.schema.get_field_index(name) < 0]
+        return whole
+    missing = [name for name in columns if whole.schema.get_field_index(name) < 0]
     if missing:
         raise RuntimeError(f"not a samples file: it has no column {', '.join(missing)}")
-    indices = sorted(reader.schema.get_field_index(name) for name in columns)
+    indices = sorted(whole.schema.get_field_index(name) for name in columns)
     return ipc.open_file(source, options=ipc.IpcReadOptions(included_fields=indices))

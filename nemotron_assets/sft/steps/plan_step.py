@@ -193,7 +193,7 @@ def _stored_length(length: int, settings: PackSettings) -> int:
 def _truncation_keeps_training(store: Storage, path: str, rows: list[int], settings: PackSettings,
                                end_of_turn: list[int]) -> dict[int, bool]:
     """For over-long rows under ``overlong: truncate``: whether anything trained is left after the cut (reads just
-    those rows' ids and masks, a row group at a time)."""
+    those rows' ids and masks, a record batch at a time)."""
     wanted, kept, start = set(rows), {}, 0
     with store.open(path) as stream:
         for batch in samples_file.batches(stream, ["input_ids", "assistant_mask"]):

@@ -46,7 +46,7 @@ from nemotron_assets.sft.steps.batch_render import READ_COLUMNS, SamplesStats, _
 from nemotron_assets.sft.steps.inputs import chat_format_spec, chat_identity, samples_inputs
 from nemotron_assets.storage import Storage, locate_os_errors
 
-BATCH_ROWS = 512  # conversations rendered (and written as one row group) at a time
+BATCH_ROWS = 512  # conversations rendered (and written as one record batch) at a time
 PARALLEL_BYTES = 32 << 20  # a Harmony shard this large renders on every core (workers take seconds to start)
 #: What samples files were before ``sft-samples/4`` (inputs.SAMPLES_FORMAT): Parquet. A rebuild deletes such a file,
 #: which nothing reads any more.
