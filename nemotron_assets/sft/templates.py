@@ -211,6 +211,17 @@ class _ChatSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
                 return self.undefined(obj=obj, name=attribute)
         return super().getattr(obj, attribute)
 
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (Jinja's names)
+        """A ``{% generation %}`` block calls our own `_GenerationTracker._generation`: a method the sandbox would
+        find safe and Jinja's context would call as it is (it asks for no context), so it is called directly, with
+        the loop and block variables Jinja adds inside loops left out as the context would leave them out. Every
+        other call goes through the sandbox's checks."""
+        if getattr(__obj, "__func__", None) is _GenerationTracker._generation:
+            kwargs.pop("_loop_vars", None)
+            kwargs.pop("_block_vars", None)
+            return __obj(*args, **kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
 
 def _environment(now: datetime) -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     environment = _ChatSandbox(
