@@ -214,12 +214,15 @@ class _ChatSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (Jinja's names)
         """A ``{% generation %}`` block calls our own `_GenerationTracker._generation`: a method the sandbox would
         find safe and Jinja's context would call as it is (it asks for no context), so it is called directly, with
-        the loop and block variables Jinja adds inside loops left out as the context would leave them out. Every
-        other call goes through the sandbox's checks."""
+        the loop and block variables Jinja adds inside loops left out, and a StopIteration turned into undefined,
+        as the context does. Every other call goes through the sandbox's checks."""
         if getattr(__obj, "__func__", None) is _GenerationTracker._generation:
             kwargs.pop("_loop_vars", None)
             kwargs.pop("_block_vars", None)
-            return __obj(*args, **kwargs)
+            try:
+                return __obj(*args, **kwargs)
+            except StopIteration:
+                return __self.undefined("value was undefined because a callable raised a StopIteration exception")
         return super().call(__context, __obj, *args, **kwargs)
 
 
