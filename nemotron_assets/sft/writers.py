@@ -94,16 +94,16 @@ SAMPLES_SCHEMA = pa.schema([
 ])
 ROW_GROUP_BINS = 1000
 _MAX_GROUP_VALUES = 1 << 30  # flush a row group early rather than overflow list<int32>'s 32-bit offsets
+BRIDGE_SHARD_GLOB = "shard_?????.parquet"
+MANIFEST_NAME = "manifest.json"
+PACKING_METADATA_NAME = "packing_metadata.json"
+SPLIT_ORDER = ("train", "valid", "test")
 
 
 def _group_full(bins: int, values: int, row_group_bins: int) -> bool:
     """Whether a row group of ``bins`` bins and ``values`` tokens is complete: the one rule of where a packed shard's
     row groups end, for `PackedShardWriter` and `row_group_bounds` alike (the same bins give the same bytes)."""
     return bins >= row_group_bins or values >= _MAX_GROUP_VALUES
-BRIDGE_SHARD_GLOB = "shard_?????.parquet"
-MANIFEST_NAME = "manifest.json"
-PACKING_METADATA_NAME = "packing_metadata.json"
-SPLIT_ORDER = ("train", "valid", "test")
 
 
 def shard_name(index: int) -> str:

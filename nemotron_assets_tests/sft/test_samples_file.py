@@ -65,6 +65,11 @@ def test_workers_write_the_bytes_one_process_writes(spec, tmp_path):
     assert [len(ids) for ids in table["input_ids"].to_list()] == table["length"].to_list()
     assert table.schema["input_ids"] == polars.List(polars.Int32)
     assert one.sha256 == hashlib.sha256((tmp_path / "one.arrow").read_bytes()).hexdigest()
+    plain = pa.BufferOutputStream()  # the same table in an IPC file without compression: ours is compressed
+    stored = pa.ipc.open_file(tmp_path / "one.arrow").read_all()
+    with pa.ipc.new_file(plain, stored.schema) as writer:
+        writer.write_table(stored)
+    assert (tmp_path / "one.arrow").stat().st_size < plain.getvalue().size / 2
     assert one.eos_id is None and one.tokenizer_backend  # the small tokenizer names no EOS token
 
 
