@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/bench_pretrain.py --input /tmp/corpus/corpus_200mb.jsonl [--scale 5] \\
         [--tokenizer /tmp/tok/llama3] [--megatron-tree /tmp/megatron --megatron-python /tmp/venv-mega/bin/python] \\
-        [--jobs 2,1] [--classic] [--runs 2] [--shard-size 256MB]
+        [--jobs 2,1] [--in-step] [--classic] [--runs 2] [--shard-size 256MB]
 
 ``--scale N`` benchmarks the input repeated N times (``--scale 5`` of the 200 MB corpus is the 1 GB case: 4 shards
 at the default 256 MB ``shard_size``), written once into the work folder.
@@ -16,12 +16,14 @@ meanwhile (``/proc/stat``), because this machine is shared. Before each measurem
 ``--quiet-wait`` seconds) for the machine to be idle. Tools take turns within a run, so a ratio compares
 measurements taken under the same conditions.
 
-Ours is ``python -m nemotron_assets materialize`` end to end, once per ``--jobs`` value: a fresh Dagster instance
-(sqlite), the source split (row count + sha256 of the input), tokenizing, the atomic commits, the shard checks and
-blend.json. With a Megatron-LM tree, ``tools/preprocess_data_fast.py --use-gigatoken`` runs on the same file and
-tokenizer (``--classic`` adds ``tools/preprocess_data.py --workers 2``, ~7 minutes on 1 GB). Every output is
-compared with Megatron's: our shards' ``.bin`` concatenated must equal its ``.bin`` byte for byte, and our
-sequence lengths and document boundaries, shard after shard, its ``.idx``. Ratios > 1 mean we are faster.
+Ours is ``python -m nemotron_assets materialize`` end to end, once per ``--jobs`` value (``--in-step`` adds
+``--jobs 1 --build-processes 1``: the shards one after the other in the run's step, as before shards were built in
+forked processes): a fresh Dagster instance (sqlite), the source split (row count + BLAKE3 of the input),
+tokenizing, the atomic commits, the shard checks and blend.json. With a Megatron-LM tree,
+``tools/preprocess_data_fast.py --use-gigatoken`` runs on the same file and tokenizer (``--classic`` adds
+``tools/preprocess_data.py --workers 2``, ~7 minutes on 1 GB). Every output is compared with Megatron's: our
+shards' ``.bin`` concatenated must equal its ``.bin`` byte for byte, and our sequence lengths and document
+boundaries, shard after shard, its ``.idx``. Ratios > 1 mean we are faster.
 The tokenize step alone (texts in memory) is measured last, on the input as given (not scaled). Before measuring,
 both tools' packages are compiled to bytecode (``compile_bytecode``), so neither pays for compiling its modules.
 """
@@ -90,7 +92,7 @@ def measure(cmd: list[str], env: dict, cwd: Path, log: Path) -> dict:
 
 
 # --- the tools ---------------------------------------------------------------------------------------------
-def run_ours(args, work: Path, input_path: Path, jobs: int) -> tuple[dict, list[str]]:
+def run_ours(args, work: Path, input_path: Path, options: list[str]) -> tuple[dict, list[str]]:
     """The CLI on a fresh instance and data root; (measurements, shard prefixes in order)."""
     blends, home, data = work / "blends", work / "dagster_home", work / "data"
     shutil.rmtree(data, ignore_errors=True)
@@ -102,9 +104,8 @@ def run_ours(args, work: Path, input_path: Path, jobs: int) -> tuple[dict, list[
         "tokenizer_model": args.tokenizer, "shard_size": args.shard_size,
         "datasets": [{"name": "corpus", "path": str(input_path)}]}))
     env = dict(os.environ, NEMOTRON_BLENDS_DIR=str(blends), DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(data))
-    cmd = [sys.executable, "-m", "nemotron_assets", "materialize", "bench", "--log-level", "WARNING",
-           "--jobs", str(jobs)]
-    result = measure(cmd, env, REPO, work / f"ours_jobs{jobs}.log")
+    cmd = [sys.executable, "-m", "nemotron_assets", "materialize", "bench", "--log-level", "WARNING", *options]
+    result = measure(cmd, env, REPO, work / f"ours{'_'.join(options)}.log")
     receipts = sorted((data / "bench" / "pretrain" / "corpus").glob("shard_*.json"))
     result["tokens"] = sum(json.loads(r.read_text())["stats"]["tokens"] for r in receipts)
     result["backend"] = json.loads(receipts[0].read_text())["stats"]["backend"]
@@ -240,6 +241,8 @@ def main() -> int:
     parser.add_argument("--tokenizer", default="llama3", help="tokenizer folder (or 'llama3', the bundled one)")
     parser.add_argument("--shard-size", default="256MB")
     parser.add_argument("--jobs", default="2,1", help="--jobs values of our CLI to measure, comma-separated")
+    parser.add_argument("--in-step", action="store_true",
+                        help="also measure --jobs 1 --build-processes 1 (every shard built in the run's step)")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--megatron-tree", default=None, help="Megatron-LM source tree (enables the baselines)")
     parser.add_argument("--megatron-python", default="/tmp/venv-mega/bin/python")
@@ -269,17 +272,19 @@ def main() -> int:
         if args.megatron_tree:
             compile_bytecode(args.megatron_python, Path(args.megatron_tree) / "megatron",
                              Path(args.megatron_tree) / "tools")
-    jobs_values = [int(j) for j in args.jobs.split(",")]
+    variants = [["--jobs", j.strip()] for j in args.jobs.split(",")]
+    if args.in_step:
+        variants.append(["--jobs", "1", "--build-processes", "1"])
     rows, results = [], {"input_bytes": size, "runs": []}
     for run in range(1, args.runs + 1):
         measured: dict[str, dict] = {}
         outputs: dict[str, list[str] | str] = {}
-        for jobs in jobs_values:
-            name = f"nemotron_assets materialize --jobs {jobs}"
+        for options in variants:
+            name = f"nemotron_assets materialize {' '.join(options)}"
             load = wait_quiet(args.quiet_wait)
-            measured[name], prefixes = run_ours(args, work, input_path, jobs)
+            measured[name], prefixes = run_ours(args, work, input_path, options)
             measured[name]["load_before"] = load
-            outputs[name] = keep_outputs(prefixes, work / f"ours_jobs{jobs}")
+            outputs[name] = keep_outputs(prefixes, work / f"ours{'_'.join(options)}")
         if args.megatron_tree:
             for fast in (True, False) if args.classic else (True,):
                 name = FAST if fast else CLASSIC

@@ -1,7 +1,8 @@
 """``python -m nemotron_assets`` (also the ``nemotron-assets`` command).
 
     materialize BLEND [--select ASSETS] [--partition KEY] [--scale tiny|small|full | --max-rows N]
-                      [--force] [--tokenizer-backend auto|hf|fastokens] [--shards-per-run N]
+                      [--force] [--tokenizer-backend auto|hf|fastokens] [--shards-per-run N] [--jobs N]
+                      [--build-processes N]
                       [--executor in_process|multiprocess] [--log-level LEVEL] [--dagster-logs]
     status [BLEND] [--json]
     verify BLEND
@@ -100,7 +101,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="runs at the same time, each in its own worker process; 1 runs them one after the other "
                           "in this process. Default: the number of cores for steps that read at least "
                           f"{AUTO_PARALLEL_BYTES >> 20} MB (starting workers costs seconds), else 1; 1 for "
-                          "pretraining shards, which tokenize on every core inside one shard")
+                          "pretraining shards, whose run builds its shards in processes of its own "
+                          "(--build-processes)")
+    mat.add_argument("--build-processes", type=int, default=None,
+                     help="pretraining shards built at the same time inside one run, each in a process forked from "
+                          "the run's step (1: one after the other). Default: one per core, shared among --jobs")
     mat.add_argument("--executor", choices=("in_process", "multiprocess"), default="in_process",
                      help="in_process (default): each run in this process; multiprocess: Dagster's executor of the "
                           "UI, one process per step")
@@ -142,8 +147,8 @@ def materialize(args: argparse.Namespace) -> int:
         sample = sample_name(args.scale, args.max_rows)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if (args.jobs is not None and args.jobs < 1) or (args.shards_per_run is not None and args.shards_per_run < 1):
-        raise UsageError("--jobs and --shards-per-run must be at least 1")
+    if any(value is not None and value < 1 for value in (args.jobs, args.shards_per_run, args.build_processes)):
+        raise UsageError("--jobs, --shards-per-run and --build-processes must be at least 1")
     request = Request(blend_file, blend, _selection(args.select, args.partition), sample)
     request.dataset, request.shard = _partition_target(args.partition, blend)
     check_before_reading(blend, blend_file, [request.dataset] if request.dataset else None)
@@ -275,8 +280,9 @@ def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo
     def jobs_for(step: str) -> int:
         """--jobs, or by default every core for a step that reads enough input to pay for its workers.
 
-        Pretraining shards default to one worker: a shard already tokenizes on every core in threads
-        (pretrain/build.py), and two shard workers on 2 cores were slower than one (bench/README.md)."""
+        Pretraining shards default to one worker: its run builds the shards in processes forked after its tokenizer
+        loaded (pretrain/shard_processes.py), while each worker would load the tokenizer again; two shard workers
+        on 2 cores were slower than one (bench/README.md)."""
         if args.jobs is not None:
             return args.jobs
         if step == "pretrain_shard":
@@ -492,7 +498,8 @@ def _partition_target(partition: str | None, blend) -> tuple[str | None, str | N
 
 def _run_config(repo, keys: dict, args: argparse.Namespace, steps: list[str]) -> dict:
     """Config of the steps this command runs (an asset the blend does not have is left out)."""
-    step_config = {"pretrain_shard": {"force": args.force, "tokenizer_backend": args.tokenizer_backend},
+    step_config = {"pretrain_shard": {"force": args.force, "tokenizer_backend": args.tokenizer_backend,
+                                      "build_processes": _build_processes(args)},
                    "megatron_blend": {"allow_missing_shards": False}}
     step_config.update({step: {"force": args.force} for step in ("harmony_shard", "harmony_dedup", "candidate_pool",
                                                                  "embedding_view", "behavior_report", "jsonl_shard",
@@ -506,6 +513,14 @@ def _run_config(repo, keys: dict, args: argparse.Namespace, steps: list[str]) ->
     else:
         config["loggers"] = {"console": {"config": {"log_level": args.log_level.upper()}}}
     return config
+
+
+def _build_processes(args: argparse.Namespace) -> int:
+    """``--build-processes``, else 0 (one per core) for one run at a time, else the cores shared among the runs."""
+    if args.build_processes is not None:
+        return args.build_processes
+    jobs = args.jobs or 1
+    return 0 if jobs == 1 else max(1, (os.cpu_count() or 1) // jobs)
 
 
 def _run_tags(sample: str | None) -> dict:

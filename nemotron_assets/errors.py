@@ -41,8 +41,8 @@ class InputError(Exception):
         where = self.location()
         return f"{where}: {self.reason}" if where else self.reason
 
-    def __reduce__(self):  # keep the fields when the error crosses a process boundary
-        return (InputError, (self.reason, self.dataset, self.path, self.line, self.field, self.row))
+    def __reduce__(self):  # keep the fields (and any notes) when the error crosses a process boundary
+        return (InputError, (self.reason, self.dataset, self.path, self.line, self.field, self.row), vars(self))
 
 
 class NotReady(Exception):

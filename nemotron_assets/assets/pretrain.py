@@ -10,7 +10,7 @@ files through the storage resource, and reports per partition (reporting.py). Sh
 dataset's shard count comes from its size, known only once its files are listed: ``source_split`` registers them.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -35,7 +35,8 @@ from nemotron_assets.preflight import check_before_reading
 from nemotron_assets.pretrain.blend_files import build_blend_files
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity, document_options
 from nemotron_assets.pretrain.shard_checks import CHECKS, check_shard
-from nemotron_assets.pretrain.shard_step import ShardOutcome, materialize_shard
+from nemotron_assets.pretrain.shard_processes import ShardRun, ShardTarget, build_processes
+from nemotron_assets.pretrain.shard_step import ShardOutcome
 from nemotron_assets.records import SourceManifest, require_manifest, write_manifest
 from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage, blend_outputs
@@ -47,6 +48,9 @@ from nemotron_assets.tokenize.documents import LoadedTokenizer, cached_tokenizer
 class ShardConfig(dg.Config):
     force: bool = Field(False, description="Rebuild shards even when their receipt says they are up to date.")
     tokenizer_backend: str = Field("auto", description="auto (fastest exact backend), hf or fastokens.")
+    build_processes: int = Field(0, description="Shards of this run built at the same time, each in a process forked "
+                                                "from the step: 0 = one per core (at most 8); 1 = one after the "
+                                                "other in the step.")
 
 
 class MegatronBlendConfig(dg.Config):
@@ -109,10 +113,19 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
         tokenizer = load_blend_tokenizer(context, blend, config.tokenizer_backend)
         manifests: dict[str, SourceManifest] = {}
         built: list[tuple[str, dict]] = []
+        targets, unresolved = resolve_targets(store, blend, scope, manifests, context.partition_keys)
+        processes = build_processes(config.build_processes, len(targets))
+        shard_run = ShardRun(store, blend, tokenizer, processes, context.log.info, force=config.force)
 
         def build(partition: str) -> dict:
-            outcome = build_shard(context, store, blend, scope, tokenizer, manifests, partition, config.force)
-            metadata = shard_metadata(outcome, store.url(shard_prefix(scope.base(outcome.sample), outcome.key)))
+            if partition in unresolved:
+                raise unresolved[partition]
+            outcome = shard_run.outcome(partition)
+            stats = outcome.receipt.stats
+            context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, "
+                             f"{stats['tokens']:,} tokens")
+            sample = scope.split(partition)[0]
+            metadata = shard_metadata(outcome, store.url(shard_prefix(scope.base(sample), outcome.key)))
             built.append((str(outcome.key), metadata))
             return metadata
 
@@ -124,7 +137,10 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
                     for name, problem in problems.items()]
 
         try:
-            yield from materialize_partitions(context, asset_key, context.partition_keys, build, check)
+            with shard_run:
+                if asset_key in context.selected_asset_keys:  # not when only the checks run
+                    shard_run.plan(targets)
+                yield from materialize_partitions(context, asset_key, context.partition_keys, build, check)
         finally:
             if not scope.samples and built:
                 lineage.log_shards(context, store, blend.name, built, manifests)
@@ -188,23 +204,26 @@ def load_blend_tokenizer(context: dg.AssetExecutionContext, blend: Blend, backen
     return tokenizer
 
 
-def build_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope,
-                tokenizer: LoadedTokenizer, manifests: dict[str, SourceManifest], partition: str,
-                force: bool) -> ShardOutcome:
-    """pretrain_shard of one partition: build it, or find it up to date."""
-    sample, shard = scope.split(partition)
-    key = ShardKey.parse(shard)
-    if key.dataset not in manifests:
-        manifests[key.dataset] = require_manifest(store, blend.name, scope.base(sample), key.dataset)
-    manifest = manifests[key.dataset]
-    if key.index >= len(manifest.shards):
-        raise NotReady(f"the current plan of {key.dataset!r} has only {len(manifest.shards)} shard(s); "
-                       f"re-materialize {blend.name}/source_split")
-    outcome = materialize_shard(store, blend, manifest, key, tokenizer, force=force, log=context.log.info,
-                                base=scope.base(sample))
-    stats = outcome.receipt.stats
-    context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, {stats['tokens']:,} tokens")
-    return replace(outcome, sample=sample)
+def resolve_targets(store: Storage, blend: Blend, scope: Scope, manifests: dict[str, SourceManifest],
+                    partitions: list[str]) -> tuple[list[ShardTarget], dict[str, Exception]]:
+    """The shard of each partition in its dataset's current plan; a partition that has none gets its error, which
+    its own build raises (the others go on)."""
+    targets, unresolved = [], {}
+    for partition in partitions:
+        sample, shard = scope.split(partition)
+        key = ShardKey.parse(shard)
+        try:
+            if key.dataset not in manifests:
+                manifests[key.dataset] = require_manifest(store, blend.name, scope.base(sample), key.dataset)
+            manifest = manifests[key.dataset]
+            if key.index >= len(manifest.shards):
+                raise NotReady(f"the current plan of {key.dataset!r} has only {len(manifest.shards)} shard(s); "
+                               f"re-materialize {blend.name}/source_split")
+        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
+            unresolved[partition] = exc
+            continue
+        targets.append(ShardTarget(partition, manifest, key, scope.base(sample)))
+    return targets, unresolved
 
 
 def write_megatron_blend(store: Storage, blend: Blend, base: str, allow_missing: bool

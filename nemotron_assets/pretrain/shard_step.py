@@ -16,7 +16,7 @@ from pathlib import Path
 from nemotron_assets.blend import Blend
 from nemotron_assets.formats.megatron import DType, dtype_for_vocab
 from nemotron_assets.layout import ShardKey, shard_prefix
-from nemotron_assets.pretrain.build import BackendMismatch, ShardStats, build_shard
+from nemotron_assets.pretrain.build import TOKENIZE_THREADS, BackendMismatch, ShardStats, build_shard
 from nemotron_assets.pretrain.inputs import shard_inputs, tokenizer_identity
 from nemotron_assets.records import Receipt, SourceManifest, freshness, rebuild_reason, receipt_path, write_receipt
 from nemotron_assets.sources.manifest import iter_shard_texts, read_options
@@ -36,17 +36,27 @@ class ShardOutcome:
     receipt: Receipt
     seconds: float = 0.0  # wall time of this step (not in the receipt, whose inputs part is deterministic)
     rebuilt_because: str = ""  # why a shard that existed was built again
-    sample: str | None = None  # the sample it belongs to (None: the full build)
 
 
 def shard_dtype(blend: Blend, tokenizer: LoadedTokenizer) -> DType:
     return DType[blend.dtype] if blend.dtype else dtype_for_vocab(tokenizer.vocab_size)
 
 
-def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, key: ShardKey,
-                      tokenizer: LoadedTokenizer, force: bool = False, log: Callable[[str], None] = print,
-                      base: str | None = None) -> ShardOutcome:
-    """Build shard ``key`` under ``base`` (the blend's folder, or a sample's; default the full build)."""
+@dataclass(frozen=True)
+class PlannedBuild:
+    """A shard that must be built: where it goes, the inputs its receipt will name, and why it is built again."""
+
+    key: ShardKey
+    prefix: str
+    inputs: dict
+    rebuilt_because: str  # "" for a shard never built
+    started: float  # time.monotonic() when the step began on it
+
+
+def plan_shard(storage: Storage, blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer,
+               force: bool = False, log: Callable[[str], None] = print,
+               base: str | None = None) -> ShardOutcome | PlannedBuild:
+    """The outcome of a shard already up to date, or what building it takes."""
     started = time.monotonic()
     prefix = shard_prefix(base or blend.name, key)
     inputs = shard_inputs(blend, manifest, key.index, tokenizer_identity(tokenizer.files, tokenizer.vocab_size))
@@ -56,7 +66,34 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
         return ShardOutcome(key, "up to date", current.receipt, time.monotonic() - started)
     if rebuilt_because:
         log(f"{key}: rebuilding: {rebuilt_because}")
-    dtype = shard_dtype(blend, tokenizer)
+    return PlannedBuild(key, prefix, inputs, rebuilt_because, started)
+
+
+def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, key: ShardKey,
+                      tokenizer: LoadedTokenizer, force: bool = False, log: Callable[[str], None] = print,
+                      base: str | None = None) -> ShardOutcome:
+    """Build shard ``key`` under ``base`` (the blend's folder, or a sample's; default the full build)."""
+    planned = plan_shard(storage, blend, manifest, key, tokenizer, force, log, base)
+    if isinstance(planned, ShardOutcome):
+        return planned
+    return build_planned(storage, blend, manifest, planned, tokenizer, log)
+
+
+def build_planned(storage: Storage, blend: Blend, manifest: SourceManifest, planned: PlannedBuild,
+                  tokenizer: LoadedTokenizer, log: Callable[[str], None]) -> ShardOutcome:
+    """Build a planned shard in a staging folder of this process, then commit it."""
+    with storage.staging() as folder:
+        with locate_os_errors(folder):
+            stats, read = build_staged(blend, manifest, planned.key, tokenizer, folder, log)
+        return commit_shard(storage, blend, manifest, planned, tokenizer, folder, stats, read, log)
+
+
+def build_staged(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer, folder: Path,
+                 log: Callable[[str], None], threads: int = TOKENIZE_THREADS) -> tuple[ShardStats, ReadStats]:
+    """Write the shard's ``shard.bin``/``shard.idx`` into the local ``folder``; nothing is committed.
+
+    Touches only the source files, the tokenizer and ``folder``, so it can run in a forked process
+    (pretrain/shard_processes.py)."""
     total_rows = manifest.shards[key.index].rows
 
     def progress(rows: int, tokens: int, seconds: float) -> None:
@@ -65,40 +102,45 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
         log(f"{key}: {rows:,}/{total_rows:,} rows ({100 * rows / max(total_rows, 1):.0f}%), "
             f"{tokens:,} tokens, {rate / 1e6:.2f} M tokens/s, ETA {eta:.0f} s")
 
-    with storage.staging() as folder:
-        staged = folder / "shard"
-        with locate_os_errors(folder):
-            stats, read = _build_with_fallback(blend, manifest, key, tokenizer, dtype, staged, progress, log)
-        if read.dropped:
-            log(f"{key}: skipped {sum(read.dropped.values()):,} bad row(s) "
-                f"({', '.join(f'{k}: {v:,}' for k, v in sorted(read.dropped.items()))}); first: {read.examples[0]}")
-        receipt = Receipt(
-            kind=RECEIPT_KIND, key=str(key), inputs=inputs,
-            files={".bin": {"bytes": stats.bin_bytes, "sha256": stats.bin_sha256},
-                   ".idx": {"bytes": stats.idx_bytes, "sha256": stats.idx_sha256}},
-            stats={**stats.as_dict(), "vocab_size": tokenizer.vocab_size, "dropped": dict(read.dropped),
-                   "dropped_examples": list(read.examples)},
-            extra={"blend": blend.name, "split": manifest.split, "tokenizer_model": tokenizer.files.spec,
-                   "ranges": [{"file": manifest.files[r.file_index].url, "row_start": r.row_start,
-                               "row_end": r.row_end} for r in manifest.shards[key.index].ranges]},
-        )
-        storage.delete(receipt_path(prefix))
-        storage.delete(f"{prefix}.idx")
-        storage.commit(folder / "shard.bin", f"{prefix}.bin")
-        storage.commit(folder / "shard.idx", f"{prefix}.idx")
-        receipt = write_receipt(storage, prefix, receipt)
-    return ShardOutcome(key, "built", receipt, time.monotonic() - started, rebuilt_because)
+    dtype = shard_dtype(blend, tokenizer)
+    return _build_with_fallback(blend, manifest, key, tokenizer, dtype, folder / "shard", progress, log, threads)
+
+
+def commit_shard(storage: Storage, blend: Blend, manifest: SourceManifest, planned: PlannedBuild,
+                 tokenizer: LoadedTokenizer, folder: Path, stats: ShardStats, read: ReadStats,
+                 log: Callable[[str], None]) -> ShardOutcome:
+    """Publish the files ``build_staged`` wrote into ``folder``, then the receipt that makes the shard done."""
+    key, prefix = planned.key, planned.prefix
+    if read.dropped:
+        log(f"{key}: skipped {sum(read.dropped.values()):,} bad row(s) "
+            f"({', '.join(f'{k}: {v:,}' for k, v in sorted(read.dropped.items()))}); first: {read.examples[0]}")
+    receipt = Receipt(
+        kind=RECEIPT_KIND, key=str(key), inputs=planned.inputs,
+        files={".bin": {"bytes": stats.bin_bytes, "sha256": stats.bin_sha256},
+               ".idx": {"bytes": stats.idx_bytes, "sha256": stats.idx_sha256}},
+        stats={**stats.as_dict(), "vocab_size": tokenizer.vocab_size, "dropped": dict(read.dropped),
+               "dropped_examples": list(read.examples)},
+        extra={"blend": blend.name, "split": manifest.split, "tokenizer_model": tokenizer.files.spec,
+               "ranges": [{"file": manifest.files[r.file_index].url, "row_start": r.row_start,
+                           "row_end": r.row_end} for r in manifest.shards[key.index].ranges]},
+    )
+    storage.delete(receipt_path(prefix))
+    storage.delete(f"{prefix}.idx")
+    storage.commit(folder / "shard.bin", f"{prefix}.bin")
+    storage.commit(folder / "shard.idx", f"{prefix}.idx")
+    receipt = write_receipt(storage, prefix, receipt)
+    return ShardOutcome(key, "built", receipt, time.monotonic() - planned.started, planned.rebuilt_because)
 
 
 def _build_with_fallback(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer,
-                         dtype: DType, staged: Path, progress, log) -> tuple[ShardStats, ReadStats]:
+                         dtype: DType, staged: Path, progress, log, threads: int) -> tuple[ShardStats, ReadStats]:
     """Build with the chosen backend; if a fast backend disagrees on real data, rebuild with the reference."""
     options = read_options(blend, blend.entry(key.dataset))
 
     def build() -> tuple[ShardStats, ReadStats]:
         read = ReadStats()
         batches = prefetch(iter_shard_texts(manifest, key.index, options, read))
-        stats = build_shard(batches, tokenizer, dtype, staged, progress=progress, log=log)
+        stats = build_shard(batches, tokenizer, dtype, staged, progress=progress, log=log, threads=threads)
         stats.rows = read.rows
         return stats, read
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from nemotron_assets.forked_calls import fork_available
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for, run_asset, shard_keys
 from nemotron_assets_tests.megatron_reader import read_dataset
@@ -89,6 +90,28 @@ def test_materializing_twice_gives_byte_identical_files(tmp_path):
             materialize_all(pipeline_for(SAMPLE)[1], str(root), fresh)
     first, second = (_files(r) for r in roots)
     assert first == second and len(first) > 10
+
+
+@pytest.mark.skipif(not fork_available(), reason="needs fork")
+def test_shards_built_in_forked_processes_are_the_bytes_built_in_the_step(tmp_path):
+    """The same shard run with ``build_processes`` 2 (forked builds) and 1 (in the step): same files; the run's log
+    says which way each was built."""
+    files, messages = {}, {}
+    for processes in (2, 1):
+        root = tmp_path / f"p{processes}"
+        with dg.instance_for_test() as fresh:
+            _, pipeline = pipeline_for(SAMPLE, num_shards=4)
+            run_asset(pipeline, pipeline.source_split, str(root), fresh,
+                      pipeline.dataset_partitions.get_partition_keys())
+            result = run_asset(pipeline, pipeline.pretrain_shard, str(root), fresh, shard_keys(pipeline, fresh),
+                               run_config={"ops": {"sample__pretrain_shard": {
+                                   "config": {"build_processes": processes}}}})
+            messages[processes] = [entry.user_message for entry in fresh.all_logs(result.run_id)]
+        files[processes] = _files(root)
+    assert files[2] == files[1] and len(files[2]) >= 8
+    forked = [m for m in messages[2] if "processes forked from this step" in m]
+    assert len(forked) == 1 and forked[0].startswith("building ") and "in 2 processes" in forked[0]
+    assert not any("processes forked from this step" in m for m in messages[1])
 
 
 def test_concatenated_shards_equal_the_single_shard_dataset(tmp_path):

@@ -1,0 +1,144 @@
+"""Forked calls: values and errors come back to the parent, messages arrive as they are sent, at most ``processes``
+run at once, a killed process fails only its own call, and leaving the context ends the processes still running.
+The children are real forked processes; what they did is seen through files they write and process ids they
+return."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from nemotron_assets.errors import InputError
+from nemotron_assets.forked_calls import ForkedCallDied, ForkedCalls, fork_available
+
+pytestmark = pytest.mark.skipif(not fork_available(), reason="needs fork")
+
+
+def test_each_value_comes_back_from_a_forked_process():
+    loaded = {"tokenizer": "parsed before the fork"}  # the children see what the parent had loaded
+    work = {name: (lambda report, name=name: (name, os.getpid(), loaded["tokenizer"])) for name in "abc"}
+    with ForkedCalls(work, 2, on_message=lambda *_: None) as calls:
+        results = {name: calls.result(name) for name in ("c", "a", "b")}  # any order
+
+    assert {name: value[0] for name, value in results.items()} == {"a": "a", "b": "b", "c": "c"}
+    pids = {value[1] for value in results.values()}
+    assert len(pids) == 2 and os.getpid() not in pids  # two processes shared the three calls
+    assert {value[2] for value in results.values()} == {"parsed before the fork"}
+
+
+def test_messages_reach_the_parent_named_by_their_call():
+    heard: list[tuple[str, object]] = []
+
+    def call(report):
+        report("started")
+        report({"rows": 10})
+        return "done"
+
+    with ForkedCalls({"shard_00000": call}, 1, on_message=lambda name, message: heard.append((name, message))) as calls:
+        assert calls.result("shard_00000") == "done"
+
+    assert heard == [("shard_00000", "started"), ("shard_00000", {"rows": 10})]
+
+
+def test_an_error_comes_back_as_the_same_exception_with_the_childs_traceback():
+    def bad(report):
+        raise InputError("not valid JSON", path="/data/web.jsonl", line=7, field="text")
+
+    with ForkedCalls({"bad": bad, "good": lambda report: 42}, 1, on_message=lambda *_: None) as calls:
+        with pytest.raises(InputError) as raised:
+            calls.result("bad")
+        assert calls.result("good") == 42  # one failing call does not stop the others
+
+    assert str(raised.value) == "/data/web.jsonl:7 field 'text': not valid JSON"
+    assert raised.value.__notes__[0].startswith("in the forked process:")
+    assert "raise InputError" in raised.value.__notes__[0]
+
+
+def test_an_exception_that_cannot_be_pickled_comes_back_as_a_runtime_error_naming_it():
+    class Local(Exception):  # a class defined in a function cannot be pickled
+        pass
+
+    def bad(report):
+        raise Local("lost in translation")
+
+    with ForkedCalls({"bad": bad}, 1, on_message=lambda *_: None) as calls:
+        with pytest.raises(RuntimeError, match="Local: lost in translation"):
+            calls.result("bad")
+
+
+def test_a_killed_process_fails_its_call_and_a_new_one_runs_the_rest():
+    def killed(report):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    work = {"victim": killed, "next": lambda report: os.getpid()}
+    with ForkedCalls(work, 1, on_message=lambda *_: None) as calls:
+        with pytest.raises(ForkedCallDied, match=r"victim ended \(exit code -9\) without a result"):
+            calls.result("victim")
+        assert calls.result("next") != os.getpid()
+
+
+def test_no_more_than_processes_calls_run_at_once(tmp_path):
+    """Each call appends 'start'/'end' lines to one file (O_APPEND writes are atomic) and ends only once two calls
+    have started: the count of calls running never exceeds the limit, and the limit is reached."""
+    log = tmp_path / "log"
+
+    def call(report, name):
+        with open(log, "a") as out:
+            out.write(f"start {name}\n")
+        deadline = time.monotonic() + 60
+        while log.read_text().count("start") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with open(log, "a") as out:
+            out.write(f"end {name}\n")
+        return name
+
+    work = {name: (lambda report, name=name: call(report, name)) for name in "abcde"}
+    with ForkedCalls(work, 2, on_message=lambda *_: None) as calls:
+        assert [calls.result(name) for name in "abcde"] == list("abcde")
+
+    running, most = 0, 0
+    for line in log.read_text().splitlines():
+        running += 1 if line.startswith("start") else -1
+        most = max(most, running)
+    assert most == 2
+
+
+class Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise Stop
+
+
+def test_leaving_the_context_ends_the_calls_still_running_whatever_handlers_the_parent_installed(tmp_path):
+    """The parent turns SIGTERM and SIGINT into exceptions (as Dagster and test runners do); the child must still end
+    when the context is left, not report the exception and wait for more work."""
+    pid_file = tmp_path / "pid"
+
+    def forever(report):
+        pid_file.write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
+
+    handlers = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with ForkedCalls({"forever": forever, "never started": lambda report: None}, 1, on_message=lambda *_: None):
+            deadline = time.monotonic() + 30
+            while not pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert not Path(f"/proc/{pid_file.read_text()}").exists()  # ended and reaped
+
+
+def test_only_given_names_have_results_and_each_result_is_taken_once():
+    with ForkedCalls({"a": lambda report: 1}, 1, on_message=lambda *_: None) as calls:
+        with pytest.raises(KeyError, match="no call named 'b'"):
+            calls.result("b")
+        assert calls.result("a") == 1
+        with pytest.raises(KeyError, match="no call named 'a'"):
+            calls.result("a")
