@@ -3,9 +3,9 @@
 Why fork: a child starts with everything the parent has already loaded (a pretraining shard's tokenizer takes
 ~1.5 s to parse, and the forked children share the parsed one), and runs on its own core without the parent's GIL.
 Why a pool forked once, with every call known beforehand: the calls are inherited through the fork, never pickled,
-and a process that runs several calls one after the other reuses the memory its first call touched (a fresh
-process per 250 MB shard made the kernel zero ~1.2 GB more fresh pages on the 1 GB bench: 489,000 page faults
-against 194,000 in one process).
+and a process that runs several calls one after the other reuses the memory its first call touched (on the 1 GB
+bench, 4 shards: a fresh process per shard made 489,000 page faults, two processes taking shards in turn ~400,000,
+one process 174,000-194,000; bench/README.md).
 
 What a forked call may do: work on what it closes over, read and write local files, start threads of its own, and
 talk to the parent through ``report`` and its return value. What it must not do: use anything the fork copied in
