@@ -11,9 +11,9 @@ fork), committing each finished shard, writing its receipt, logging, and reporti
 A forked build only reads its source files and writes into its own staging folder (``shard_step.build_staged``);
 what it logs comes back through a pipe and is logged by the step.
 
-Used only where forking is safe and pays: a system with ``fork``, at least two shards to build and two cores, and
-source files on local disk (an S3 client copied by the fork is not used in the child; such shards are built in
-the step, one after the other).
+Used only where forking is safe and pays: a system with ``fork``, at least two shards to build, two processes
+allowed (by default one per core), and source files on local disk (an S3 client copied by the fork is not used in
+the child; such shards are built in the step, one after the other).
 """
 
 import contextlib
@@ -38,7 +38,9 @@ from nemotron_assets.sources.files import is_remote
 from nemotron_assets.storage import Storage, locate_os_errors
 from nemotron_assets.tokenize.documents import LoadedTokenizer
 
-MAX_BUILD_PROCESSES = 8  # each holds a shard's batches in flight (~0.3 GB): more would trade memory for little
+#: A bound on memory (each process holds a shard's batches in flight and its own tokenizer caches), not a measured
+#: optimum: only 2 cores were available to measure on.
+MAX_BUILD_PROCESSES = 8
 
 
 @dataclass(frozen=True)
