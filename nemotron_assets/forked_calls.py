@@ -142,7 +142,8 @@ def _serve(calls: dict[str, Call], connection: Connection) -> None:
     """In a forked process: run the calls the parent names, one at a time, until it sends None.
 
     Every object inherited from the parent is first put out of the garbage collector's reach (``gc.freeze``): a
-    full collection walks them all, and writing their headers would copy the parent's pages into this process.
+    full collection walks them all, and writing their headers would copy the parent's pages into this process. (On
+    the 1 GB bench it made no difference that could be measured: ~400,000 page faults with it and without.)
     SIGTERM and SIGINT get their default action back: a handler the parent installed (Dagster's, a test runner's)
     would turn them into an exception that this loop reports and survives."""
     gc.freeze()

@@ -114,8 +114,8 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
         manifests: dict[str, SourceManifest] = {}
         built: list[tuple[str, dict]] = []
         targets, unresolved = resolve_targets(store, blend, scope, manifests, context.partition_keys)
-        processes = build_processes(config.build_processes, len(targets))
-        shard_run = ShardRun(store, blend, tokenizer, processes, context.log.info, force=config.force)
+        shard_run = ShardRun(store, blend, tokenizer, build_processes(config.build_processes), context.log.info,
+                             force=config.force)
 
         def build(partition: str) -> dict:
             if partition in unresolved:

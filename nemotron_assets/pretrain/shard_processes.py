@@ -57,11 +57,10 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def build_processes(requested: int, shards: int) -> int:
-    """How many shards to build at once: ``requested`` (0: one per usable core), at most one per shard and
-    ``MAX_BUILD_PROCESSES``; 1 (build in the step) when fork is not available."""
-    wanted = requested or usable_cores()
-    return max(1, min(wanted, shards, MAX_BUILD_PROCESSES)) if fork_available() else 1
+def build_processes(requested: int) -> int:
+    """How many shards to build at once: ``requested`` (0: one per usable core), at most ``MAX_BUILD_PROCESSES``;
+    1 (build in the step) when fork is not available. ``ShardRun`` forks no more processes than it has shards."""
+    return max(1, min(requested or usable_cores(), MAX_BUILD_PROCESSES)) if fork_available() else 1
 
 
 def forkable(target: ShardTarget) -> bool:
@@ -110,18 +109,19 @@ class ShardRun:
         if self.processes < 2 or len(builds) < 2:
             return
         forked = list(filter(forkable, builds))
-        threads = max(1, usable_cores() // min(self.processes, max(len(forked), 1)))  # the cores are shared
+        if not forked:
+            return
+        processes = min(self.processes, len(forked))
+        threads = max(1, usable_cores() // processes)  # the cores are shared among the processes
         calls = {}
         for target in forked:
             stack = contextlib.ExitStack()
             folder = stack.enter_context(self.storage.staging())
             self._staging[target.partition] = (stack, folder)
             calls[target.partition] = self._build_call(target, folder, threads)
-        if calls:
-            processes = min(self.processes, len(calls))
-            self.log(f"building {len(calls)} shard(s) in {processes} processes forked from this step, "
-                     f"{threads} tokenizing thread(s) each")
-            self._calls = ForkedCalls(calls, processes, on_message=lambda _, message: self.log(message))
+        self.log(f"building {len(calls)} shard(s) in {processes} processes forked from this step, "
+                 f"{threads} tokenizing thread(s) each")
+        self._calls = ForkedCalls(calls, processes, on_message=lambda _, message: self.log(message))
 
     def outcome(self, partition: str) -> ShardOutcome:
         target, planned = self._planned.pop(partition)
