@@ -17,8 +17,8 @@ meanwhile (``/proc/stat``), because this machine is shared. Before each measurem
 measurements taken under the same conditions.
 
 Ours is ``python -m nemotron_assets materialize`` end to end, once per ``--jobs`` value (``--in-step`` adds
-``--jobs 1 --build-processes 1``: the shards one after the other in the run's step, as before shards were built in
-forked processes): a fresh Dagster instance (sqlite), the source split (row count + BLAKE3 of the input),
+``--jobs 1 --build-processes 1``: the shards one after the other in the run's step, which loads the tokenizer itself,
+with no build host): a fresh Dagster instance (sqlite), the source split (row count + BLAKE3 of the input),
 tokenizing, the atomic commits, the shard checks and blend.json. With a Megatron-LM tree,
 ``tools/preprocess_data_fast.py --use-gigatoken`` runs on the same file and tokenizer (``--classic`` adds
 ``tools/preprocess_data.py --workers 2``, ~7 minutes on 1 GB). Every output is compared with Megatron's: our

@@ -136,7 +136,6 @@ class Request:
 
 def materialize(args: argparse.Namespace) -> int:
     from nemotron_assets.blend import load_blend_folder
-    from nemotron_assets.instance import fail_runs_of_dead_processes, open_instance
     from nemotron_assets.layout import sample_name
     from nemotron_assets.preflight import check_before_reading
 
@@ -154,7 +153,9 @@ def materialize(args: argparse.Namespace) -> int:
     check_before_reading(blend, blend_file, [request.dataset] if request.dataset else None)
 
     cluster = settings.deployment() == "cluster"
-    with _tokenizer_preloaded(request, args, cluster):
+    with _build_host_started(request, args, cluster):
+        from nemotron_assets.instance import fail_runs_of_dead_processes, open_instance  # imports Dagster
+
         instance = open_instance(launching=cluster)
         for run_id in fail_runs_of_dead_processes(instance):
             print(f"marked run {run_id[:8]} failed: the command that executed it was killed", file=sys.stderr)
@@ -213,26 +214,28 @@ def _limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 @contextlib.contextmanager
-def _tokenizer_preloaded(request: Request, args: argparse.Namespace, cluster: bool) -> Iterator[None]:
-    """Load the pretraining shards' tokenizer in a thread while the instance opens and the source split runs,
-    when the shards will run in this process (one worker, in_process executor): the shard step then finds it
-    loaded (``cached_tokenizer``) instead of spending its first second on it. Waits for the load at the end."""
+def _build_host_started(request: Request, args: argparse.Namespace, cluster: bool) -> Iterator[None]:
+    """Start the build host (pretrain/build_host.py) when this command will build pretraining shards in forked
+    processes of its own: shard runs executed here (one at a time, the in_process executor) and forking allowed (not
+    ``--build-processes 1``). Forked before Dagster is imported and before any thread starts, it loads the tokenizer
+    on the second core while Dagster starts here; the shard step finds it. Closed when the command ends."""
+    from nemotron_assets.forked_calls import fork_available
+
     datasets = [e.name for e in request.blend.datasets_of("pretrain")
                 if request.dataset is None or e.name == request.dataset]
     if (cluster or "pretrain_shard" not in request.steps or not datasets or args.executor != "in_process"
-            or args.jobs not in (None, 1)):
+            or args.jobs not in (None, 1) or args.build_processes == 1 or not fork_available()):
         yield
         return
+    from nemotron_assets.pretrain.build_host import BuildHost
     from nemotron_assets.pretrain.inputs import document_options
-    from nemotron_assets.tokenize.documents import TokenizerPreload
 
     blend = request.blend
-    preload = TokenizerPreload(blend.tokenizer_model, blend.tokenizer_revision,
-                               document_options(blend, args.tokenizer_backend))
+    host = BuildHost(blend.tokenizer_model, blend.tokenizer_revision, document_options(blend, args.tokenizer_backend))
     try:
         yield
     finally:
-        preload.join()
+        host.close()
 
 
 def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo, cluster: bool,

@@ -24,7 +24,7 @@ import pickle
 import signal
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -55,13 +55,18 @@ class ForkedCalls:
     ``result(name)`` waits for one call. While it waits, every running call's messages go to
     ``on_message(name, message)`` as they arrive. A process that dies fails only the call it was running, and a
     new one is forked for the calls still waiting. Use as a context manager: leaving it kills the processes
-    (an error elsewhere, or results nobody asked for)."""
+    (an error elsewhere, or results nobody asked for).
 
-    def __init__(self, calls: dict[str, Call], processes: int, on_message: Callable[[str, Any], None]) -> None:
+    ``close_in_children``: connections of this process to another that the children must not hold open, so that
+    this process's death still closes them (the build host's pipe to its command, pretrain/build_host.py)."""
+
+    def __init__(self, calls: dict[str, Call], processes: int, on_message: Callable[[str, Any], None],
+                 close_in_children: Sequence[Connection] = ()) -> None:
         if processes < 1:
             raise ValueError("processes must be at least 1")
         self._calls = dict(calls)
         self._on_message = on_message
+        self._close_in_children = list(close_in_children)
         self._context = multiprocessing.get_context("fork")
         self._waiting: deque[str] = deque(self._calls)
         self._ended: dict[str, tuple[bool, Any]] = {}  # name -> (succeeded, value or exception)
@@ -105,8 +110,9 @@ class ForkedCalls:
 
     def _fork(self) -> _Worker:
         parent_end, child_end = self._context.Pipe()
-        process = self._context.Process(target=_serve, args=(self._calls, child_end), name="forked_calls",
-                                        daemon=True)
+        parents_ends = [parent_end, *(w.connection for w in self._workers), *self._close_in_children]
+        process = self._context.Process(target=_serve, args=(self._calls, child_end, parents_ends),
+                                        name="forked_calls", daemon=True)
         process.start()
         child_end.close()  # the parent keeps only its own end: EOF then means the child has gone
         return _Worker(process, parent_end)
@@ -138,14 +144,19 @@ class ForkedCalls:
         self._give_next(worker)
 
 
-def _serve(calls: dict[str, Call], connection: Connection) -> None:
+def _serve(calls: dict[str, Call], connection: Connection, parents_ends: list[Connection]) -> None:
     """In a forked process: run the calls the parent names, one at a time, until it sends None.
+
+    The fork copied the parent's ends of the pipes (and ``close_in_children``); they are closed first, so that the
+    parent's death closes this process's pipe (a socket pair stays open while any process holds either end).
 
     Every object inherited from the parent is first put out of the garbage collector's reach (``gc.freeze``): a
     full collection walks them all, and writing their headers would copy the parent's pages into this process. (On
     the 1 GB bench it made no difference that could be measured: ~400,000 page faults with it and without.)
     SIGTERM and SIGINT get their default action back: a handler the parent installed (Dagster's, a test runner's)
     would turn them into an exception that this loop reports and survives."""
+    for end in parents_ends:
+        end.close()
     gc.freeze()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -153,13 +164,13 @@ def _serve(calls: dict[str, Call], connection: Connection) -> None:
         try:
             value = calls[name](lambda message: connection.send(("message", message)))
         except BaseException as exc:  # noqa: BLE001 - every error goes to the parent, which raises it
-            connection.send(("error", _picklable(exc)))
+            connection.send(("error", picklable_error(exc)))
         else:
             connection.send(("value", value))
     connection.close()
 
 
-def _picklable(exc: BaseException) -> BaseException:
+def picklable_error(exc: BaseException) -> BaseException:
     """``exc`` itself when it survives pickling (the parent then raises the same type and message), else a
     RuntimeError that names its type; either way with the child's traceback as a note."""
     note = "in the forked process:\n" + "".join(traceback.format_exception(exc)).rstrip()

@@ -52,6 +52,23 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
     assert "wiki/shard_00001: up to date" in again.stderr
 
 
+def test_shards_forked_from_the_build_host_are_the_bytes_built_in_the_step(cli_env, tmp_path):
+    """By default the command's build host loads the tokenizer and forks the shard builds (pretrain/build_host.py);
+    ``--build-processes 1`` builds them in the step, one after the other. Same files either way."""
+    files, logs = {}, {}
+    for way, extra in (("host", []), ("step", ["--build-processes", "1"])):
+        env = dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / way))
+        done = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split,pretrain_shard",
+                     *extra], env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        logs[way] = done.stderr
+        shards = sorted((tmp_path / way / "sample" / "pretrain").rglob("shard_*.*"))
+        files[way] = {str(p.relative_to(tmp_path / way)): p.read_bytes() for p in shards if p.suffix != ".json"}
+    assert files["host"] == files["step"] and len(files["host"]) >= 10
+    assert "loaded by the build host" in logs["host"] and "forked from the build host" in logs["host"]
+    assert "build host" not in logs["step"] and "forked from" not in logs["step"]
+
+
 def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
     done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
                  "--select", "sample/source_split", "--partition", "code"], cli_env)

@@ -5,6 +5,8 @@ return."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -142,3 +144,36 @@ def test_only_given_names_have_results_and_each_result_is_taken_once():
         assert calls.result("a") == 1
         with pytest.raises(KeyError, match="no call named 'a'"):
             calls.result("a")
+
+
+def test_a_child_whose_parent_was_killed_ends_at_its_next_report(tmp_path):
+    """The parent is killed (``kill -9``) while its two children report: each then finds its pipe closed and ends,
+    including the first one, which the fork of the second copied its pipe's parent end into."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, time\n"
+         "from nemotron_assets.forked_calls import ForkedCalls\n"
+         "def reporting(report):\n"
+         "    print(os.getpid(), flush=True)\n"
+         "    while True:\n"
+         "        report('still here')\n"
+         "        time.sleep(0.05)\n"
+         "with ForkedCalls({'a': reporting, 'b': reporting}, 2, on_message=lambda *_: None) as calls:\n"
+         "    calls.result('a')\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        children = [int(parent.stdout.readline()) for _ in range(2)]
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while not all(_ended(pid) for pid in children):
+            assert time.monotonic() < deadline, "a child outlived its parent"
+            time.sleep(0.02)
+    finally:
+        parent.kill()
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True

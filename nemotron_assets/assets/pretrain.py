@@ -10,6 +10,7 @@ files through the storage resource, and reports per partition (reporting.py). Sh
 dataset's shard count comes from its size, known only once its files are listed: ``source_split`` registers them.
 """
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from nemotron_assets.layout import ShardKey, pretrain_dir, sample_rows, shard_pr
 from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, pretrain_partitions_name
 from nemotron_assets.preflight import check_before_reading
 from nemotron_assets.pretrain.blend_files import build_blend_files
+from nemotron_assets.pretrain.build_host import BuildHost, command_host
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity, document_options
 from nemotron_assets.pretrain.shard_checks import CHECKS, check_shard
 from nemotron_assets.pretrain.shard_processes import ShardRun, ShardTarget, build_processes
@@ -42,7 +44,7 @@ from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets.resources.wandb_lineage import WandbLineage, blend_outputs
 from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.storage import Storage
-from nemotron_assets.tokenize.documents import LoadedTokenizer, cached_tokenizer
+from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, TokenizerFacts, cached_tokenizer
 
 
 class ShardConfig(dg.Config):
@@ -110,12 +112,13 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
                        lineage: WandbLineage):
         store = storage.get()
         asset_key = dg.AssetKey(scope.key("pretrain_shard"))
-        tokenizer = load_blend_tokenizer(context, blend, config.tokenizer_backend)
+        options = document_options(blend, config.tokenizer_backend)
+        facts, host = shard_tokenizer(context, blend, options)
         manifests: dict[str, SourceManifest] = {}
         built: list[tuple[str, dict]] = []
         targets, unresolved = resolve_targets(store, blend, scope, manifests, context.partition_keys)
-        shard_run = ShardRun(store, blend, tokenizer, build_processes(config.build_processes), context.log.info,
-                             force=config.force)
+        shard_run = ShardRun(store, blend, facts, functools.partial(load_blend_tokenizer, blend, options),
+                             build_processes(config.build_processes), context.log.info, force=config.force, host=host)
 
         def build(partition: str) -> dict:
             if partition in unresolved:
@@ -196,12 +199,23 @@ def register_shards(instance: dg.DagsterInstance, scope: Scope, kind: str, sampl
         instance.add_dynamic_partitions(partitions_name, missing)
 
 
-def load_blend_tokenizer(context: dg.AssetExecutionContext, blend: Blend, backend: str) -> LoadedTokenizer:
+def shard_tokenizer(context: dg.AssetExecutionContext, blend: Blend,
+                    options: DocumentOptions) -> tuple[TokenizerFacts, BuildHost | None]:
+    """The facts of the blend's tokenizer, and the command's build host when it has the tokenizer loaded (then the
+    step never loads it; pretrain/build_host.py). Without a host, or when its load failed, the tokenizer is loaded
+    here, and a bad tokenizer fails the step with its located error."""
+    host = command_host(blend.tokenizer_model, blend.tokenizer_revision, options)
+    facts = host.facts() if host is not None else None
+    if facts is None:
+        host, facts = None, load_blend_tokenizer(blend, options).facts
+    context.log.info(f"tokenizer {blend.tokenizer_model}: vocab {facts.vocab_size:,}, backend {facts.backend} "
+                     f"({facts.backend_reason}){', loaded by the build host' if host else ''}")
+    return facts, host
+
+
+def load_blend_tokenizer(blend: Blend, options: DocumentOptions) -> LoadedTokenizer:
     with permanent_errors_fail_at_once():
-        tokenizer = cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision, document_options(blend, backend))
-    context.log.info(f"tokenizer {blend.tokenizer_model}: vocab {tokenizer.vocab_size:,}, "
-                     f"backend {tokenizer.backend} ({tokenizer.backend_reason})")
-    return tokenizer
+        return cached_tokenizer(blend.tokenizer_model, blend.tokenizer_revision, options)
 
 
 def resolve_targets(store: Storage, blend: Blend, scope: Scope, manifests: dict[str, SourceManifest],

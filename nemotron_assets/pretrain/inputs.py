@@ -50,7 +50,7 @@ def blend_tokenizer_identity(blend: Blend) -> dict:
 
 def document_options(blend: Blend, backend: str = "auto") -> DocumentOptions:
     """How the blend's shards turn texts into documents (the settings above) with the chosen backend: the one key
-    of the shard step's tokenizer, and of its preload by the CLI (cli.py)."""
+    of the shard step's tokenizer, and of the one the build host loads (pretrain/build_host.py)."""
     return DocumentOptions(add_bos=blend.add_bos, add_eos=blend.add_eos, eod_token=blend.eod_token,
                            max_doc_tokens=blend.max_doc_tokens, backend=backend)
 

@@ -1,19 +1,23 @@
-"""Build the shards of one step run at the same time, each in a process forked from the step.
+"""Build the shards of one step run at the same time, each in a process of its own.
 
 A shard built alone keeps ~1.55 of 2 cores busy: its reader thread holds the GIL while it parses JSON into Python
 strings, and the tokenizing threads wait for it. Two shards in two processes have a GIL each. On the 1 GB bench input
 (4 shards, 2 cores) building them two at a time in forked processes took 6.7-6.8 s against 8.1-8.2 s one after the
-other in threads (bench/README.md). The processes are forked after the step has loaded the tokenizer, so none of
-them parses it again.
+other in threads (bench/README.md).
+
+The processes are forked from a process that has the tokenizer loaded, so none of them parses it again: from the
+command's build host when the command started one (``materialize`` with one run at a time in its own process,
+pretrain/build_host.py), else from the step, after it loaded the tokenizer.
 
 The step stays in charge of everything that is not the build: deciding which shards are up to date (before any
 fork), committing each finished shard, writing its receipt, logging, and reporting to Dagster, in partition order.
 A forked build only reads its source files and writes into its own staging folder (``shard_step.build_staged``);
 what it logs comes back through a pipe and is logged by the step.
 
-Used only where forking is safe and pays: a system with ``fork``, at least two shards to build, two processes
-allowed (by default one per core), and source files on local disk (an S3 client copied by the fork is not used in
-the child; such shards are built in the step, one after the other).
+Used only where forking is safe and pays: a system with ``fork``, two processes allowed (by default one per core),
+source files on local disk (an S3 client copied by the fork is not used in the child; such shards are built in the
+step, one after the other), and at least two shards to build, or one when the build host has the tokenizer (the
+step would have to load it first).
 """
 
 import contextlib
@@ -25,6 +29,7 @@ from pathlib import Path
 from nemotron_assets.blend import Blend
 from nemotron_assets.forked_calls import ForkedCalls, Report, fork_available
 from nemotron_assets.layout import ShardKey
+from nemotron_assets.pretrain.build_host import BuildHost, BuildRequest, HostedBuilds
 from nemotron_assets.pretrain.shard_step import (
     PlannedBuild,
     ShardOutcome,
@@ -36,7 +41,7 @@ from nemotron_assets.pretrain.shard_step import (
 from nemotron_assets.records import SourceManifest
 from nemotron_assets.sources.files import is_remote
 from nemotron_assets.storage import Storage, locate_os_errors
-from nemotron_assets.tokenize.documents import LoadedTokenizer
+from nemotron_assets.tokenize.documents import LoadedTokenizer, TokenizerFacts
 
 #: A bound on memory (each process holds a shard's batches in flight and its own tokenizer caches), not a measured
 #: optimum: only 2 cores were available to measure on.
@@ -72,18 +77,20 @@ def forkable(target: ShardTarget) -> bool:
 class ShardRun:
     """The shards of one step run: ``plan`` them all, then take each one's ``outcome`` in partition order.
 
-    ``plan`` decides which shards are up to date (before any fork). When at least two must be built and
-    ``processes`` > 1, the buildable ones whose sources are local start at once in forked processes, ``processes`` at
-    a time; ``outcome(partition)`` then waits for that shard's build and commits it. Any other shard is built by
-    ``outcome`` itself, in the step, as ``shard_step.materialize_shard`` does. An error of one shard (planning,
-    building or committing) is raised by its own ``outcome`` and by no other. Leaving the context kills the
-    builds still running and removes their staging folders."""
+    ``plan`` decides which shards are up to date (before any fork), from the tokenizer's ``facts``. The buildable
+    shards whose sources are local then start at once in forked processes, ``processes`` at a time (see the module's
+    docstring for when); ``outcome(partition)`` waits for that shard's build and commits it. Any other shard is
+    built by ``outcome`` itself, in the step, as ``shard_step.materialize_shard`` does, with the tokenizer
+    ``load_tokenizer`` gives. An error of one shard (planning, building or committing) is raised by its own
+    ``outcome`` and by no other. Leaving the context kills the builds still running and removes their staging
+    folders."""
 
-    def __init__(self, storage: Storage, blend: Blend, tokenizer: LoadedTokenizer, processes: int,
-                 log: Callable[[str], None], force: bool = False) -> None:
-        self.storage, self.blend, self.tokenizer, self.force, self.log = storage, blend, tokenizer, force, log
-        self.processes = processes
-        self._calls: ForkedCalls | None = None  # the forked builds, once planned
+    def __init__(self, storage: Storage, blend: Blend, facts: TokenizerFacts,
+                 load_tokenizer: Callable[[], LoadedTokenizer], processes: int, log: Callable[[str], None],
+                 force: bool = False, host: BuildHost | None = None) -> None:
+        self.storage, self.blend, self.facts, self.force, self.log = storage, blend, facts, force, log
+        self.load_tokenizer, self.processes, self.host = load_tokenizer, processes, host
+        self._calls: ForkedCalls | HostedBuilds | None = None  # the forked builds, once planned
         self._planned: dict[str, tuple[ShardTarget, ShardOutcome | PlannedBuild | BaseException]] = {}
         self._staging: dict[str, tuple[contextlib.ExitStack, Path]] = {}  # the forked builds' folders
 
@@ -100,28 +107,34 @@ class ShardRun:
     def plan(self, targets: list[ShardTarget]) -> None:
         for target in targets:
             try:
-                planned = plan_shard(self.storage, self.blend, target.manifest, target.key, self.tokenizer,
-                                     self.force, self.log, target.base)
+                planned = plan_shard(self.storage, self.blend, target.manifest, target.key, self.facts, self.force,
+                                     self.log, target.base)
             except Exception as exc:  # noqa: BLE001 - raised by this shard's outcome, where it is reported
                 planned = exc
             self._planned[target.partition] = (target, planned)
         builds = [target for target, planned in self._planned.values() if isinstance(planned, PlannedBuild)]
-        if self.processes < 2 or len(builds) < 2:
-            return
         forked = list(filter(forkable, builds))
-        if not forked:
+        if self.processes < 2 or not forked or (self.host is None and len(builds) < 2):
             return
         processes = min(self.processes, len(forked))
         threads = max(1, usable_cores() // processes)  # the cores are shared among the processes
-        calls = {}
+        folders = {}
         for target in forked:
             stack = contextlib.ExitStack()
-            folder = stack.enter_context(self.storage.staging())
+            folders[target.partition] = folder = stack.enter_context(self.storage.staging())
             self._staging[target.partition] = (stack, folder)
-            calls[target.partition] = self._build_call(target, folder, threads)
-        self.log(f"building {len(calls)} shard(s) in {processes} processes forked from this step, "
-                 f"{threads} tokenizing thread(s) each")
-        self._calls = ForkedCalls(calls, processes, on_message=lambda _, message: self.log(message))
+        if self.host is not None:
+            requests = {t.partition: BuildRequest(self.blend, t.manifest, t.key, folders[t.partition], threads)
+                        for t in forked}
+            self._calls = self.host.builds(requests, processes, self._log_message)
+            forked_from = "the build host"
+        else:
+            tokenizer = self.load_tokenizer()  # before the fork: every child shares this one
+            calls = {t.partition: self._build_call(t, tokenizer, folders[t.partition], threads) for t in forked}
+            self._calls = ForkedCalls(calls, processes, self._log_message)
+            forked_from = "this step"
+        self.log(f"building {len(forked)} shard(s) in {processes} process{'es' if processes > 1 else ''} forked "
+                 f"from {forked_from}, {threads} tokenizing thread(s) each")
 
     def outcome(self, partition: str) -> ShardOutcome:
         target, planned = self._planned.pop(partition)
@@ -130,16 +143,19 @@ class ShardRun:
         if isinstance(planned, ShardOutcome):
             return planned
         if partition not in self._staging:
-            return build_planned(self.storage, self.blend, target.manifest, planned, self.tokenizer, self.log)
+            return build_planned(self.storage, self.blend, target.manifest, planned, self.load_tokenizer(), self.log)
         stack, folder = self._staging.pop(partition)
         with stack:
             with locate_os_errors(folder):
                 stats, read = self._calls.result(partition)
-            return commit_shard(self.storage, self.blend, target.manifest, planned, self.tokenizer, folder, stats,
-                                read, self.log)
+            return commit_shard(self.storage, self.blend, target.manifest, planned, self.facts, folder, stats, read,
+                                self.log)
 
-    def _build_call(self, target: ShardTarget, folder: Path, threads: int) -> Callable[[Report], tuple]:
+    def _log_message(self, _build: str, message: str) -> None:
+        self.log(message)  # a forked build's progress line
+
+    def _build_call(self, target: ShardTarget, tokenizer: LoadedTokenizer, folder: Path,
+                    threads: int) -> Callable[[Report], tuple]:
         def build(report: Report) -> tuple:
-            return build_staged(self.blend, target.manifest, target.key, self.tokenizer, folder, report,
-                                threads=threads)
+            return build_staged(self.blend, target.manifest, target.key, tokenizer, folder, report, threads=threads)
         return build

@@ -23,7 +23,7 @@ from nemotron_assets.sources.manifest import iter_shard_texts, read_options
 from nemotron_assets.sources.prefetch import prefetch
 from nemotron_assets.sources.readers import ReadStats
 from nemotron_assets.storage import Storage, locate_os_errors
-from nemotron_assets.tokenize.documents import LoadedTokenizer
+from nemotron_assets.tokenize.documents import LoadedTokenizer, TokenizerFacts
 
 RECEIPT_KIND = "pretrain_shard"
 SHARD_FILES = (".bin", ".idx")
@@ -38,7 +38,7 @@ class ShardOutcome:
     rebuilt_because: str = ""  # why a shard that existed was built again
 
 
-def shard_dtype(blend: Blend, tokenizer: LoadedTokenizer) -> DType:
+def shard_dtype(blend: Blend, tokenizer: TokenizerFacts) -> DType:
     return DType[blend.dtype] if blend.dtype else dtype_for_vocab(tokenizer.vocab_size)
 
 
@@ -53,10 +53,11 @@ class PlannedBuild:
     started: float  # time.monotonic() when the step began on it
 
 
-def plan_shard(storage: Storage, blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer,
+def plan_shard(storage: Storage, blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: TokenizerFacts,
                force: bool = False, log: Callable[[str], None] = print,
                base: str | None = None) -> ShardOutcome | PlannedBuild:
-    """The outcome of a shard already up to date, or what building it takes."""
+    """The outcome of a shard already up to date, or what building it takes (the tokenizer's facts suffice: the
+    step may not hold the tokenizer itself, pretrain/build_host.py)."""
     started = time.monotonic()
     prefix = shard_prefix(base or blend.name, key)
     inputs = shard_inputs(blend, manifest, key.index, tokenizer_identity(tokenizer.files, tokenizer.vocab_size))
@@ -73,7 +74,7 @@ def materialize_shard(storage: Storage, blend: Blend, manifest: SourceManifest, 
                       tokenizer: LoadedTokenizer, force: bool = False, log: Callable[[str], None] = print,
                       base: str | None = None) -> ShardOutcome:
     """Build shard ``key`` under ``base`` (the blend's folder, or a sample's; default the full build)."""
-    planned = plan_shard(storage, blend, manifest, key, tokenizer, force, log, base)
+    planned = plan_shard(storage, blend, manifest, key, tokenizer.facts, force, log, base)
     if isinstance(planned, ShardOutcome):
         return planned
     return build_planned(storage, blend, manifest, planned, tokenizer, log)
@@ -85,7 +86,7 @@ def build_planned(storage: Storage, blend: Blend, manifest: SourceManifest, plan
     with storage.staging() as folder:
         with locate_os_errors(folder):
             stats, read = build_staged(blend, manifest, planned.key, tokenizer, folder, log)
-        return commit_shard(storage, blend, manifest, planned, tokenizer, folder, stats, read, log)
+        return commit_shard(storage, blend, manifest, planned, tokenizer.facts, folder, stats, read, log)
 
 
 def build_staged(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenizer: LoadedTokenizer, folder: Path,
@@ -93,7 +94,7 @@ def build_staged(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenize
     """Write the shard's ``shard.bin``/``shard.idx`` into the local ``folder``; nothing is committed.
 
     Touches only the source files, the tokenizer and ``folder``, so it can run in a forked process
-    (pretrain/shard_processes.py)."""
+    (pretrain/shard_processes.py, pretrain/build_host.py)."""
     total_rows = manifest.shards[key.index].rows
 
     def progress(rows: int, tokens: int, seconds: float) -> None:
@@ -102,12 +103,12 @@ def build_staged(blend: Blend, manifest: SourceManifest, key: ShardKey, tokenize
         log(f"{key}: {rows:,}/{total_rows:,} rows ({100 * rows / max(total_rows, 1):.0f}%), "
             f"{tokens:,} tokens, {rate / 1e6:.2f} M tokens/s, ETA {eta:.0f} s")
 
-    dtype = shard_dtype(blend, tokenizer)
+    dtype = shard_dtype(blend, tokenizer.facts)
     return _build_with_fallback(blend, manifest, key, tokenizer, dtype, folder / "shard", progress, log, threads)
 
 
 def commit_shard(storage: Storage, blend: Blend, manifest: SourceManifest, planned: PlannedBuild,
-                 tokenizer: LoadedTokenizer, folder: Path, stats: ShardStats, read: ReadStats,
+                 tokenizer: TokenizerFacts, folder: Path, stats: ShardStats, read: ReadStats,
                  log: Callable[[str], None]) -> ShardOutcome:
     """Publish the files ``build_staged`` wrote into ``folder``, then the receipt that makes the shard done."""
     key, prefix = planned.key, planned.prefix

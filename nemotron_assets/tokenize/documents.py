@@ -8,7 +8,6 @@ default, as in Megatron) prepends BOS to non-empty documents whose tokenization 
 with it; ``max_doc_tokens`` truncates so a document has at most that many tokens with the EOD still last.
 """
 
-import contextlib
 import json
 import threading
 from collections.abc import Sequence
@@ -32,6 +31,18 @@ class DocumentOptions:
     eod_token: str | None = None
     max_doc_tokens: int | None = None
     backend: str = "auto"  # auto | hf | fastokens
+
+
+@dataclass(frozen=True)
+class TokenizerFacts:
+    """What a step needs to know of a loaded tokenizer without holding it: which files it is, its vocabulary size
+    (the shard's dtype and receipt), and the backend that encodes (for the log). Small and picklable: a process
+    that loaded the tokenizer sends them to the step (pretrain/build_host.py)."""
+
+    files: TokenizerFiles
+    vocab_size: int
+    backend: str
+    backend_reason: str
 
 
 class LoadedTokenizer:
@@ -61,6 +72,10 @@ class LoadedTokenizer:
     @property
     def backend(self) -> str:
         return self.encoder.name
+
+    @property
+    def facts(self) -> TokenizerFacts:
+        return TokenizerFacts(self.files, self.vocab_size, self.backend, self.backend_reason)
 
     def use_reference(self, reason: str) -> None:
         """Switch to hf-tokenizers (after a fast backend disagreed on real data)."""
@@ -152,9 +167,8 @@ _KEEP_LOADED = 4
 def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions) -> LoadedTokenizer:
     """One loaded tokenizer per process and setting: loading Llama-3 costs about a second.
 
-    Safe to call from several threads: a second caller waits for the first one's load instead of loading again
-    (``preload_tokenizer`` relies on that). A failed load is not kept: the callers waiting for it get its error,
-    and the next call tries again."""
+    Safe to call from several threads: a second caller waits for the first one's load instead of loading again.
+    A failed load is not kept: the callers waiting for it get its error, and the next call tries again."""
     key = (spec, revision, options)
     with _LOADED_LOCK:
         loading = _LOADED.get(key)
@@ -173,25 +187,3 @@ def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions) 
             if _LOADED.get(key) is loading:
                 del _LOADED[key]
     return loading.result()
-
-
-class TokenizerPreload:
-    """``cached_tokenizer`` started in a thread of its own, so a later step finds the tokenizer loaded.
-
-    The loaders let go of the GIL for most of their second (fastokens' parse, the probe texts), so loading
-    overlaps with whatever the process does meanwhile. ``join`` must be called before the process ends: a thread
-    still inside a native load when the interpreter shuts down could crash it. An error of the load is not
-    raised here: the step that needs the tokenizer gets it from ``cached_tokenizer``, located as usual."""
-
-    def __init__(self, spec: str, revision: str | None, options: DocumentOptions) -> None:
-        self._thread = threading.Thread(target=self._load, args=(spec, revision, options), name="tokenizer_preload",
-                                        daemon=True)
-        self._thread.start()
-
-    @staticmethod
-    def _load(spec: str, revision: str | None, options: DocumentOptions) -> None:
-        with contextlib.suppress(Exception):
-            cached_tokenizer(spec, revision, options)
-
-    def join(self) -> None:
-        self._thread.join()

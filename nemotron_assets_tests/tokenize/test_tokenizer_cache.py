@@ -1,6 +1,5 @@
-"""``cached_tokenizer`` loads a tokenizer once per process even when threads ask at the same time (the CLI preloads
-it in a thread while the shard step may ask for it), never keeps a failed load, and ``TokenizerPreload`` leaves the
-loaded tokenizer for the step. A stand-in load records its calls; the real loading is tested elsewhere."""
+"""``cached_tokenizer`` loads a tokenizer once per process even when threads ask at the same time, and never keeps a
+failed load. A stand-in load records its calls; the real loading is tested elsewhere."""
 
 import threading
 import time
@@ -9,7 +8,7 @@ import pytest
 
 from nemotron_assets.errors import InputError
 from nemotron_assets.tokenize import documents
-from nemotron_assets.tokenize.documents import DocumentOptions, TokenizerPreload, cached_tokenizer
+from nemotron_assets.tokenize.documents import DocumentOptions, cached_tokenizer
 
 
 @pytest.fixture
@@ -42,17 +41,13 @@ def test_threads_asking_at_once_share_one_load(loads):
 
 
 def test_a_failed_load_reaches_every_caller_and_is_tried_again(loads):
-    preload = TokenizerPreload("broken", None, DocumentOptions())
+    first = threading.Thread(target=lambda: pytest.raises(InputError, cached_tokenizer, "broken", None,
+                                                          DocumentOptions()))
+    first.start()
+    time.sleep(0.05)  # the thread's load is under way
     with pytest.raises(InputError, match="not a valid tokenizer.json"):
-        cached_tokenizer("broken", None, DocumentOptions())  # waits for the preload's load and gets its error
-    preload.join()
+        cached_tokenizer("broken", None, DocumentOptions())  # waits for the thread's load and gets its error
+    first.join()
     with pytest.raises(InputError):
         cached_tokenizer("broken", None, DocumentOptions())
     assert loads == ["broken", "broken"]
-
-
-def test_a_preload_leaves_the_tokenizer_for_the_step(loads):
-    preload = TokenizerPreload("tok", None, DocumentOptions())
-    preload.join()
-    first = cached_tokenizer("tok", None, DocumentOptions())
-    assert loads == ["tok"] and cached_tokenizer("tok", None, DocumentOptions()) is first
