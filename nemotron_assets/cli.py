@@ -231,11 +231,17 @@ def _build_host_started(request: Request, args: argparse.Namespace, cluster: boo
     from nemotron_assets.pretrain.inputs import document_options
 
     blend = request.blend
-    host = BuildHost(blend.tokenizer_model, blend.tokenizer_revision, document_options(blend, args.tokenizer_backend))
+    try:
+        host = BuildHost(blend.tokenizer_model, blend.tokenizer_revision,
+                         document_options(blend, args.tokenizer_backend))
+    except OSError as exc:  # no process could be forked (memory, process limits): the step loads the tokenizer
+        print(f"no build host ({exc}): the shard step loads the tokenizer itself", file=sys.stderr)
+        host = None
     try:
         yield
     finally:
-        host.close()
+        if host is not None:
+            host.close()
 
 
 def run_steps(request: Request, args: argparse.Namespace, instance, origin, repo, cluster: bool,

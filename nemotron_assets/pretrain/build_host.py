@@ -85,6 +85,10 @@ class BuildHost:
         global _COMMAND_HOST
         _COMMAND_HOST = self
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
     def facts(self) -> TokenizerFacts | None:
         """The loaded tokenizer's facts, once the load has ended; None when it failed or the host is gone."""
         if self.state == "loading":

@@ -80,11 +80,11 @@ def test_the_host_loads_the_tokenizer_this_process_would_load_in_a_process_group
     facts = host.facts()
     assert facts == load_tokenizer(str(tokenizer_dir), None, DocumentOptions()).facts
     assert facts.vocab_size > 0 and facts.backend and facts.files.tokenizer_json == tokenizer_dir / "tokenizer.json"
-    assert os.getpgid(host._process.pid) == host._process.pid != os.getpgid(0)
+    assert os.getpgid(host.pid) == host.pid != os.getpgid(0)
     assert command_host(str(tokenizer_dir), None, DocumentOptions()) is host
     assert command_host(str(tokenizer_dir), None, DocumentOptions(add_bos=True)) is None  # another setting
     host.close()
-    assert host.state == "gone" and _gone(host._process.pid)
+    assert host.state == "gone" and _gone(host.pid)
     assert command_host(str(tokenizer_dir), None, DocumentOptions()) is None
 
 
@@ -128,7 +128,7 @@ def test_a_failed_load_gives_no_facts_and_ends_the_host(host_of, tmp_path):
     (tmp_path / "broken" / "tokenizer.json").write_text("{ not a tokenizer")
     host = host_of(str(tmp_path / "broken"))
     assert host.facts() is None
-    assert host.state == "gone" and _gone(host._process.pid)
+    assert host.state == "gone" and _gone(host.pid)
     with pytest.raises(RuntimeError, match="gone"):
         host.builds({}, 1, on_message=lambda *_: None)
 
@@ -148,7 +148,7 @@ def test_closing_builds_before_their_results_kills_the_host_and_every_build(host
         request.folder.mkdir()
     builds = host.builds(requests, 2, on_message=lambda *_: None)
     _wait_for(lambda: all((r.folder / "pid").exists() for r in requests.values()), "both builds to start")
-    pids = [int((r.folder / "pid").read_text()) for r in requests.values()] + [host._process.pid]
+    pids = [int((r.folder / "pid").read_text()) for r in requests.values()] + [host.pid]
 
     builds.close()  # the step leaves early (an error, a terminated run)
     _wait_for(lambda: all(_gone(pid) for pid in pids), "the host and its builds to end")
@@ -167,7 +167,7 @@ def test_a_host_that_dies_fails_the_builds_whose_results_had_not_come(host_of, t
     _wait_for(lambda: (folder / "pid").exists(), "the build to start")
     build_pid = int((folder / "pid").read_text())
     try:
-        os.kill(host._process.pid, signal.SIGKILL)  # the host alone, as the out-of-memory killer would
+        os.kill(host.pid, signal.SIGKILL)  # the host alone, as the out-of-memory killer would
         waiting = ThreadPoolExecutor(1)  # a thread, so that a result that never comes fails the test
         try:  # at once, though the build still runs: it holds no copy of the host's pipe to this process
             error = waiting.submit(builds.result, "a").exception(timeout=30)
@@ -188,7 +188,7 @@ def test_a_host_whose_command_was_killed_ends(tokenizer_dir):
          "from nemotron_assets.tokenize.documents import DocumentOptions\n"
          "host = BuildHost(sys.argv[1], None, DocumentOptions())\n"
          "assert host.facts() is not None\n"
-         "print(host._process.pid, flush=True)\n"
+         "print(host.pid, flush=True)\n"
          "time.sleep(3600)\n", str(tokenizer_dir)],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -199,3 +199,20 @@ def test_a_host_whose_command_was_killed_ends(tokenizer_dir):
         _wait_for(lambda: _gone(host_pid), "the host to end")
     finally:
         command.kill()
+
+
+def test_a_command_that_cannot_fork_its_host_goes_on_without_it(monkeypatch, capsys):
+    """Forking may fail (memory, process limits): the command says so and its shard step loads the tokenizer."""
+    from nemotron_assets import cli
+    from nemotron_assets.blend import load_blend
+    from nemotron_assets_tests.conftest import REPO
+
+    def no_fork(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(build_host, "BuildHost", no_fork)
+    blend_file = REPO / "blends" / "sample.yaml"
+    request = cli.Request(blend_file, load_blend(blend_file), ["source_split", "pretrain_shard"])
+    with cli._build_host_started(request, cli._parser().parse_args(["materialize", "sample"]), cluster=False):
+        assert build_host.command_host("llama3", None, DocumentOptions()) is None
+    assert "no build host ([Errno 11] Resource temporarily unavailable)" in capsys.readouterr().err
