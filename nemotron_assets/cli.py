@@ -65,8 +65,7 @@ def run() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from nemotron_assets.blend import UnknownBlend
-    from nemotron_assets.errors import InputError
-    from nemotron_assets.instance import InstanceError
+    from nemotron_assets.errors import InputError, InstanceError
     from nemotron_assets.settings import DeploymentError
 
     command = {"materialize": materialize, "status": show_status, "verify": verify}[args.command]

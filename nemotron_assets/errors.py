@@ -48,3 +48,8 @@ class InputError(Exception):
 class NotReady(Exception):
     """An output this step needs is missing or stale: a retry cannot help, building it can. The message names the
     outputs, why, and what to materialize."""
+
+
+class InstanceError(RuntimeError):
+    """DAGSTER_HOME does not point at a usable instance folder; the message says what to set. (Here, not in
+    instance.py, so the command line can catch it without importing Dagster: cli.py starts the build host first.)"""

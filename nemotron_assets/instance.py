@@ -19,16 +19,13 @@ from pathlib import Path
 import dagster as dg
 
 from nemotron_assets import settings
+from nemotron_assets.errors import InstanceError
 from nemotron_assets.processes import owner_alive
 
 LOCK_FILE = ".nemotron-instance.lock"
 LAUNCHED_BY_TAG = "nemotron/launched_by"
 PROCESS_TAG = "nemotron/cli_process"  # owner token of the CLI process executing the run in-process
 SAMPLE_TAG = "nemotron/sample"
-
-
-class InstanceError(RuntimeError):
-    """DAGSTER_HOME does not point at a usable instance folder; the message says what to set."""
 
 
 def dagster_home(*, launching: bool = False) -> Path:
