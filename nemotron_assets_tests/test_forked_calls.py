@@ -14,6 +14,7 @@ import pytest
 
 from nemotron_assets.errors import InputError
 from nemotron_assets.forked_calls import ForkedCallDied, ForkedCalls, fork_available
+from nemotron_assets_tests.process_helpers import process_ended, wait_for
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="needs fork")
 
@@ -164,16 +165,7 @@ def test_a_child_whose_parent_was_killed_ends_at_its_next_report(tmp_path):
         children = [int(parent.stdout.readline()) for _ in range(2)]
         parent.kill()
         parent.wait()
-        deadline = time.monotonic() + 30
-        while not all(_ended(pid) for pid in children):
-            assert time.monotonic() < deadline, "a child outlived its parent"
-            time.sleep(0.02)
+        wait_for(lambda: all(process_ended(pid) for pid in children), "the children to end with their parent")
     finally:
         parent.kill()
 
-
-def _ended(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True

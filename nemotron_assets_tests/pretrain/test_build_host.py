@@ -24,6 +24,7 @@ from nemotron_assets.pretrain.build_host import BuildHost, BuildRequest, command
 from nemotron_assets.pretrain.shard_step import build_staged
 from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
+from nemotron_assets_tests.process_helpers import process_ended, wait_for
 from nemotron_assets_tests.tokenize.builders import save, trained_bpe
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="needs fork")
@@ -60,21 +61,6 @@ def _blend_with_three_shards(tmp_path: Path, bad_line_of_shard: int | None = Non
     return blend, build_manifest(blend, entry, tmp_path)
 
 
-def _gone(pid: int) -> bool:
-    """The process has ended (exited, or a zombie nobody reaped yet)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _wait_for(condition, what: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_the_host_loads_the_tokenizer_this_process_would_load_in_a_process_group_of_its_own(host_of, tokenizer_dir):
     host = host_of()
     facts = host.facts()
@@ -84,7 +70,7 @@ def test_the_host_loads_the_tokenizer_this_process_would_load_in_a_process_group
     assert command_host(str(tokenizer_dir), None, DocumentOptions()) is host
     assert command_host(str(tokenizer_dir), None, DocumentOptions(add_bos=True)) is None  # another setting
     host.close()
-    assert host.state == "gone" and _gone(host.pid)
+    assert host.state == "gone" and process_ended(host.pid)
     assert command_host(str(tokenizer_dir), None, DocumentOptions()) is None
 
 
@@ -128,7 +114,7 @@ def test_a_failed_load_gives_no_facts_and_ends_the_host(host_of, tmp_path):
     (tmp_path / "broken" / "tokenizer.json").write_text("{ not a tokenizer")
     host = host_of(str(tmp_path / "broken"))
     assert host.facts() is None
-    assert host.state == "gone" and _gone(host.pid)
+    assert host.state == "gone" and process_ended(host.pid)
     with pytest.raises(RuntimeError, match="gone"):
         host.builds({}, 1, on_message=lambda *_: None)
 
@@ -147,11 +133,11 @@ def test_closing_builds_before_their_results_kills_the_host_and_every_build(host
     for request in requests.values():
         request.folder.mkdir()
     builds = host.builds(requests, 2, on_message=lambda *_: None)
-    _wait_for(lambda: all((r.folder / "pid").exists() for r in requests.values()), "both builds to start")
+    wait_for(lambda: all((r.folder / "pid").exists() for r in requests.values()), "both builds to start")
     pids = [int((r.folder / "pid").read_text()) for r in requests.values()] + [host.pid]
 
     builds.close()  # the step leaves early (an error, a terminated run)
-    _wait_for(lambda: all(_gone(pid) for pid in pids), "the host and its builds to end")
+    wait_for(lambda: all(process_ended(pid) for pid in pids), "the host and its builds to end")
     assert host.state == "gone"
 
 
@@ -164,7 +150,7 @@ def test_a_host_that_dies_fails_the_builds_whose_results_had_not_come(host_of, t
     folder.mkdir()
     builds = host.builds({"a": BuildRequest(blend, manifest, ShardKey("web", 0), folder, 1)}, 1,
                          on_message=lambda *_: None)
-    _wait_for(lambda: (folder / "pid").exists(), "the build to start")
+    wait_for(lambda: (folder / "pid").exists(), "the build to start")
     build_pid = int((folder / "pid").read_text())
     try:
         os.kill(host.pid, signal.SIGKILL)  # the host alone, as the out-of-memory killer would
@@ -193,10 +179,10 @@ def test_a_host_whose_command_was_killed_ends(tokenizer_dir):
         stdout=subprocess.PIPE, text=True)
     try:
         host_pid = int(command.stdout.readline())
-        assert not _gone(host_pid)
+        assert not process_ended(host_pid)
         command.kill()
         command.wait()
-        _wait_for(lambda: _gone(host_pid), "the host to end")
+        wait_for(lambda: process_ended(host_pid), "the host to end")
     finally:
         command.kill()
 
