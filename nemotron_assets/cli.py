@@ -134,12 +134,13 @@ class Request:
 
 
 def materialize(args: argparse.Namespace) -> int:
+    from nemotron_assets.allocator import tune_malloc_for_builds
     from nemotron_assets.blend import load_blend_folder
     from nemotron_assets.layout import sample_name
     from nemotron_assets.preflight import check_before_reading
 
     started = time.monotonic()
-    _limit_malloc_arenas()
+    tune_malloc_for_builds()  # before any thread starts (allocator.py)
     blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
     try:
         sample = sample_name(args.scale, args.max_rows)
@@ -198,26 +199,14 @@ class Workers:
             self._pool.close()
 
 
-def _limit_malloc_arenas(arenas: int = 2) -> None:
-    """At most ``arenas`` glibc malloc arenas for this process's threads (before any thread starts).
-
-    A pretraining shard runs five threads that allocate (reader, two tokenizers, writer, this one), and glibc gives
-    each its own arena that keeps up to ~64 MB of freed memory: on 1 GB of input the CLI's peak RSS varied from
-    0.89 to 1.03 GB between identical runs, against 0.73-0.87 GB with two arenas, at the same speed (one arena
-    was 10 % slower). Not glibc (no ``mallopt``): nothing to do."""
-    import ctypes
-
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        mallopt(-8, arenas)  # M_ARENA_MAX
-
-
 @contextlib.contextmanager
 def _build_host_started(request: Request, args: argparse.Namespace, cluster: bool) -> Iterator[None]:
     """Start the build host (pretrain/build_host.py) when this command will build pretraining shards in forked
     processes of its own: shard runs executed here (one at a time, the in_process executor) and forking allowed (not
     ``--build-processes 1``). Forked before Dagster is imported and before any thread starts, it loads the tokenizer
-    on the second core while Dagster starts here; the shard step finds it. Closed when the command ends."""
+    on the second core while Dagster starts here; the shard step finds it. When the source split of the first
+    pretraining dataset runs now, on local files and for the whole dataset (not a sample), the host measures that
+    dataset first, and the split step takes its manifest. Closed when the command ends."""
     from nemotron_assets.forked_calls import fork_available
 
     datasets = [e.name for e in request.blend.datasets_of("pretrain")
@@ -226,13 +215,16 @@ def _build_host_started(request: Request, args: argparse.Namespace, cluster: boo
             or args.jobs not in (None, 1) or args.build_processes == 1 or not fork_available()):
         yield
         return
-    from nemotron_assets.pretrain.build_host import BuildHost
+    from nemotron_assets.pretrain.build_host import BuildHost, MeasureAhead
     from nemotron_assets.pretrain.inputs import document_options
 
     blend = request.blend
+    first = blend.entry(datasets[0])
+    measure = ("source_split" in request.steps and request.sample is None and "://" not in first.path)
     try:
         host = BuildHost(blend.tokenizer_model, blend.tokenizer_revision,
-                         document_options(blend, args.tokenizer_backend))
+                         document_options(blend, args.tokenizer_backend),
+                         MeasureAhead(blend, first.name, request.blend_file.parent) if measure else None)
     except OSError as exc:  # no process could be forked (memory, process limits): the step loads the tokenizer
         print(f"no build host ({exc}): the shard step loads the tokenizer itself", file=sys.stderr)
         host = None

@@ -388,8 +388,10 @@ def _line_blocks(source: SourceFile, row_start: int, row_end: int, options: Read
                     pending.append(chunk)
                     chunk = b""
                     continue
-                lines = (b"".join([*pending, chunk]) if pending else chunk).split(b"\n")
+                lines = chunk.split(b"\n")
                 chunk = b""
+                if pending:  # the line the reads before began: joined alone, the block is never copied whole
+                    lines[0] = b"".join([*pending, lines[0]])
                 partial = lines.pop()
                 pending = [partial] if partial else []
                 if len(lines) > left:

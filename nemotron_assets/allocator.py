@@ -1,0 +1,54 @@
+"""Settings of glibc's ``malloc`` for a command that builds shards: few arenas, and large blocks kept for reuse.
+
+Both are glibc's documented tunables (``man 3 mallopt``), set once by ``materialize`` before any thread starts;
+the processes it forks (the build host and its builds) inherit them. Without glibc (musl, macOS) nothing changes.
+
+**Arenas.** A pretraining shard runs five threads that allocate (reader, two tokenizers, writer, the step), and
+glibc gives each its own arena that keeps up to ~64 MB of freed memory: on 1 GB of input the CLI's peak RSS varied
+from 0.89 to 1.03 GB between identical runs, against 0.73-0.87 GB with ``ARENAS`` arenas, at the same speed (one
+arena was 10 % slower).
+
+**Large blocks.** A build works in blocks of megabytes: 8 MB reads of the input, the ids of a batch from the
+tokenizer, the 8 MB byte mask that counts a block's newlines. By default glibc gives a block that large its own
+``mmap`` and returns it to the kernel when it is freed; the next block is a fresh mapping whose every page the
+kernel must fault in and zero again. On the 1 GB pretraining bench that was ~530,000 page faults, at ~5 us each on
+these VMs. With blocks up to ``MMAP_THRESHOLD`` taken from the heap, and up to ``TRIM_THRESHOLD`` of free memory at
+the heap's top kept, faults fell to ~340,000, the source split of 1 GB from ~1.0 s to ~0.7 s, and peak RSS did not
+grow (bench/README.md, "Page faults"). An environment that sets either tunable itself (``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_``) is left as it is.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+ARENAS = 2
+MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value on 64-bit machines
+TRIM_THRESHOLD = 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc's malloc.h
+_OWN_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
+def tune_malloc_for_builds() -> list[str]:
+    """Apply the settings this system takes; their names (none off glibc)."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        return []
+    applied = ["arenas"] if mallopt(_M_ARENA_MAX, ARENAS) else []
+    if not any(name in os.environ for name in _OWN_SETTINGS):
+        if mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD):
+            applied.append("large blocks")
+    return applied
+
+
+def _mallopt():
+    """glibc's ``mallopt``, or None (not Linux, no C library found, or one without it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return None
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
