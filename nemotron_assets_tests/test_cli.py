@@ -53,9 +53,10 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
 
 
 def test_shards_forked_from_the_build_host_are_the_bytes_built_in_the_step(cli_env, tmp_path):
-    """By default the command's build host loads the tokenizer and forks the shard builds (pretrain/build_host.py);
-    ``--build-processes 1`` builds them in the step, one after the other. Same files either way."""
-    files, logs = {}, {}
+    """By default the command's build host measures the first dataset, loads the tokenizer and forks the shard
+    builds (pretrain/build_host.py); ``--build-processes 1`` has no host: the step measures, loads and builds. Same
+    manifests and shard files either way."""
+    files, manifests, logs = {}, {}, {}
     for way, extra in (("host", []), ("step", ["--build-processes", "1"])):
         env = dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / way))
         done = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split,pretrain_shard",
@@ -64,7 +65,11 @@ def test_shards_forked_from_the_build_host_are_the_bytes_built_in_the_step(cli_e
         logs[way] = done.stderr
         shards = sorted((tmp_path / way / "sample" / "pretrain").rglob("shard_*.*"))
         files[way] = {str(p.relative_to(tmp_path / way)): p.read_bytes() for p in shards if p.suffix != ".json"}
+        manifests[way] = {str(p.relative_to(tmp_path / way)): json.loads(p.read_bytes())
+                          for p in (tmp_path / way / "sample" / "sources").rglob("manifest.json")}
     assert files["host"] == files["step"] and len(files["host"]) >= 10
+    assert manifests["host"] == manifests["step"] and len(manifests["host"]) >= 2
+    assert logs["host"].count("measured by the build host") == 1  # the first dataset only
     assert "loaded by the build host" in logs["host"] and "forked from the build host" in logs["host"]
     assert "build host" not in logs["step"] and "forked from" not in logs["step"]
 

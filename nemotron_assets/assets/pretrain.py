@@ -34,7 +34,7 @@ from nemotron_assets.layout import ShardKey, pretrain_dir, sample_rows, shard_pr
 from nemotron_assets.partitions import SHARDS_PER_RUN, Scope, pretrain_partitions_name
 from nemotron_assets.preflight import check_before_reading
 from nemotron_assets.pretrain.blend_files import build_blend_files
-from nemotron_assets.pretrain.build_host import BuildHost, command_host
+from nemotron_assets.pretrain.build_host import BuildHost, command_host, measured_ahead
 from nemotron_assets.pretrain.inputs import blend_tokenizer_identity, document_options
 from nemotron_assets.pretrain.shard_checks import CHECKS, check_shard
 from nemotron_assets.pretrain.shard_processes import ShardRun, ShardTarget, build_processes
@@ -171,16 +171,20 @@ def build_pretrain_assets(blend: Blend, blend_file: Path, scope: Scope | None = 
 # --- the steps ----------------------------------------------------------------------------------------------
 def plan_dataset(context: dg.AssetExecutionContext, store: Storage, blend: Blend, blend_file: Path, scope: Scope,
                  partition: str) -> dict:
-    """source_split of one dataset: check what can be checked without reading, measure and plan, write the
-    manifest, register the dataset's shard partitions."""
+    """source_split of one dataset: check what can be checked without reading, measure and plan (or take the plan
+    the command's build host measured ahead, pretrain/build_host.py), write the manifest, register the dataset's
+    shard partitions."""
     sample, dataset = scope.split(partition)
     entry = blend.entry(dataset)
     check_before_reading(blend, blend_file, [dataset])
-    manifest = build_manifest(blend, entry, blend_file.parent, max_rows=sample_rows(sample) if sample else None)
+    manifest = None if sample else measured_ahead(blend, dataset, blend_file.parent)
+    ahead = manifest is not None
+    if manifest is None:
+        manifest = build_manifest(blend, entry, blend_file.parent, max_rows=sample_rows(sample) if sample else None)
     relative = write_manifest(store, scope.base(sample), manifest)
     register_shards(context.instance, scope, entry.kind, sample, manifest)
     context.log.info(f"{partition}: {len(manifest.files)} file(s), {manifest.total_rows:,} rows, "
-                     f"{len(manifest.shards)} shard(s)")
+                     f"{len(manifest.shards)} shard(s){', measured by the build host' if ahead else ''}")
     return manifest_metadata(manifest, store.url(relative))
 
 

@@ -1,5 +1,6 @@
 """The build host: a process the ``materialize`` command forks at its start, which loads the pretraining tokenizer
-and later forks the shard builds of the command's runs.
+and later forks the shard builds of the command's runs; first, it can measure the blend's first dataset for the
+command's source_split step.
 
 Why a process of its own. Loading Llama-3's tokenizer takes ~1.4 s, most of it holding the GIL (hf-tokenizers'
 ``from_str``, fastokens' parse). Loaded in a thread of the command, beside the first second of Dagster (opening the
@@ -10,12 +11,21 @@ timelines). The builds have to be forked from the process that holds the loaded 
 where they are forked; it is forked before Dagster is imported, so it and its builds carry none of the command's
 sqlite connections, threads or S3 clients.
 
+Measuring ahead. The command's first ~2 s go to importing Dagster and opening its instance, before the source_split
+step can begin to measure the first dataset (``build_manifest``: one pass over its files, ~0.3-0.7 s for 1 GB).
+When the command will run that step for a whole, local dataset, the host measures it first, while the command starts
+Dagster, and the step takes that manifest instead of measuring again (``measured_ahead``). It is the same function
+on the same blend, files and folder, so the manifest is the one the step would have made a moment later. Only the
+first dataset: the later ones the step measures itself while the host loads the tokenizer, never twice.
+
 What stays in the step (pretrain/shard_processes.py): deciding which shards are up to date, committing, receipts,
 checks, logging and reporting. For that the step needs only the tokenizer's facts (``TokenizerFacts``), which the
 host sends once its load has ended.
 
 The conversation on the host's one pipe:
 
+- host -> command, when measuring ahead: ``("manifest", dataset, manifest)``, with None when measuring failed (the
+  step then measures the dataset itself and meets the error, located as usual);
 - host -> command, once: ``("loaded", facts)``, or ``("failed", error)`` and the host ends (the step then loads the
   tokenizer itself and meets the same error, located as usual);
 - command -> host: ``(requests, processes)``: build these shards (``BuildRequest``), ``processes`` at a time;
@@ -45,6 +55,7 @@ from nemotron_assets.forked_calls import ForkedCallDied, ForkedCalls, Report, pi
 from nemotron_assets.layout import ShardKey
 from nemotron_assets.pretrain.shard_step import build_staged
 from nemotron_assets.records import SourceManifest
+from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, TokenizerFacts, cached_tokenizer
 
 
@@ -59,6 +70,16 @@ class BuildRequest:
     threads: int
 
 
+@dataclass(frozen=True)
+class MeasureAhead:
+    """The dataset whose source split the host measures before loading the tokenizer: ``build_manifest(blend,
+    blend.entry(dataset), base_dir)``, exactly as the step would call it."""
+
+    blend: Blend
+    dataset: str
+    base_dir: Path
+
+
 class BuildHost:
     """The host process of one tokenizer setting (``spec``, ``revision``, ``options``): forked now, loading at once.
 
@@ -66,13 +87,16 @@ class BuildHost:
     while it has no thread besides its main one (a fork copies no other thread, and one holding a lock would leave
     that lock held in the child)."""
 
-    def __init__(self, spec: str, revision: str | None, options: DocumentOptions) -> None:
+    def __init__(self, spec: str, revision: str | None, options: DocumentOptions,
+                 ahead: MeasureAhead | None = None) -> None:
         self.setting = (spec, revision, options)
+        self.ahead = ahead
         self.owner = os.getpid()  # a process forked from the command does not own its host
         context = multiprocessing.get_context("fork")
         self._connection, child_end = context.Pipe()
         # Not a daemon: a daemon process may not fork processes of its own, and the host forks the builds.
-        self._process = context.Process(target=_serve, args=(spec, revision, options, child_end, self._connection),
+        self._process = context.Process(target=_serve,
+                                        args=(spec, revision, options, ahead, child_end, self._connection),
                                         name="build_host")
         self._process.start()
         child_end.close()  # the command keeps only its own end: EOF then means the host has gone
@@ -81,6 +105,7 @@ class BuildHost:
         except OSError:
             pass  # the host did it already, or has already ended
         self._facts: TokenizerFacts | None = None
+        self._measured: dict[str, SourceManifest | None] = {}  # the manifest measured ahead, until taken
         self.state = "loading"  # loading -> ready <-> building; or gone
         global _COMMAND_HOST
         _COMMAND_HOST = self
@@ -91,14 +116,23 @@ class BuildHost:
 
     def facts(self) -> TokenizerFacts | None:
         """The loaded tokenizer's facts, once the load has ended; None when it failed or the host is gone."""
-        if self.state == "loading":
-            message = self._receive()
-            if message is not None and message[0] == "loaded":
-                self._facts, self.state = message[1], "ready"
-            else:
-                self.kill()  # it failed and is ending, or has ended
+        while self.state == "loading" and (message := self._receive()) is not None:
+            if not self._take(message):
+                self.kill()  # not a message of a loading host
         return self._facts if self.state != "gone" else None
 
+    def manifest(self, blend: Blend, dataset: str, base_dir: Path) -> SourceManifest | None:
+        """The manifest the host measured ahead for this very call of ``build_manifest``, waiting for it if need be
+        (the host began earlier than the step could); once only. None for any other dataset, blend or folder, when
+        measuring failed, or when the host is gone: the step measures the dataset itself."""
+        if self.ahead != MeasureAhead(blend, dataset, base_dir):
+            return None
+        while (dataset not in self._measured and self.state == "loading"
+               and (message := self._receive()) is not None):
+            if not self._take(message):
+                self.kill()
+        self.ahead = None  # taken (or given up): a second source_split of the dataset measures it again
+        return self._measured.pop(dataset, None)
     def builds(self, requests: dict[str, BuildRequest], processes: int,
                on_message: Callable[[str, Any], None]) -> "HostedBuilds":
         """Start building ``requests`` (name -> request), ``processes`` at a time, each in a process the host forks."""
@@ -133,6 +167,20 @@ class BuildHost:
         self._process.join()
         self._connection.close()
         self.state = "gone"
+
+    def _take(self, message: tuple) -> bool:
+        """Keep what a message of the host's own says (its manifest, its tokenizer's facts, a failed load); False for
+        any other message (a build's)."""
+        kind = message[0]
+        if kind == "manifest":
+            self._measured[message[1]] = message[2]
+        elif kind == "loaded":
+            self._facts, self.state = message[1], "ready"
+        elif kind == "failed":
+            self.kill()  # it is ending
+        else:
+            return False
+        return True
 
     def _receive(self) -> tuple | None:
         """The host's next message, or None when it has gone (then it is marked so)."""
@@ -199,16 +247,31 @@ def command_host(spec: str, revision: str | None, options: DocumentOptions) -> B
     return host if host.state in ("loading", "ready") else None
 
 
+def measured_ahead(blend: Blend, dataset: str, base_dir: Path) -> SourceManifest | None:
+    """The manifest the running command's host measured ahead for ``build_manifest(blend, blend.entry(dataset),
+    base_dir)``, if it did; None otherwise (then the caller measures)."""
+    host = _COMMAND_HOST
+    if host is None or host.owner != os.getpid():
+        return None
+    return host.manifest(blend, dataset, base_dir)
+
+
 # --- in the host process ------------------------------------------------------------------------------------
-def _serve(spec: str, revision: str | None, options: DocumentOptions, connection: Connection,
-           commands_end: Connection) -> None:
-    """Load the tokenizer, say so, then build what the command asks for until it says ``None``.
+def _serve(spec: str, revision: str | None, options: DocumentOptions, ahead: MeasureAhead | None,
+           connection: Connection, commands_end: Connection) -> None:
+    """Measure ahead (if asked), load the tokenizer, say so, then build what the command asks for until it says
+    ``None``.
 
     The command's end of the pipe, copied by the fork, is closed first: the command's death then closes the pipe."""
     commands_end.close()
     os.setpgid(0, 0)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a handler copied from the command would turn these into
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # exceptions this loop reports and survives
+    if ahead is not None:
+        try:
+            connection.send(("manifest", ahead.dataset, _measure(ahead)))
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the command has gone
     try:
         tokenizer = cached_tokenizer(spec, revision, options)
     except BaseException as exc:  # noqa: BLE001 - reported to the command; the step meets it again, located
@@ -221,6 +284,13 @@ def _serve(spec: str, revision: str | None, options: DocumentOptions, connection
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the command has gone; leaving the builds' context killed them
     connection.close()
+
+
+def _measure(ahead: MeasureAhead) -> SourceManifest | None:
+    try:
+        return build_manifest(ahead.blend, ahead.blend.entry(ahead.dataset), ahead.base_dir)
+    except Exception:  # noqa: BLE001 - the step measures the dataset itself and reports the error, located
+        return None
 
 
 def _build_all(requests: dict[str, BuildRequest], processes: int, tokenizer: LoadedTokenizer,

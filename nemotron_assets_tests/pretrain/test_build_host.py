@@ -1,7 +1,8 @@
-"""The build host: a real forked process that loads a real tokenizer, reports its facts, forks the builds it is asked
-for, and sends back exactly what a build in this process gives. Stopping it ends its builds; its death fails the
-builds still waiting; a failed load leaves the step to load the tokenizer itself. Where a test needs a build that
-never ends, the build function is replaced before the fork, so the real processes run it."""
+"""The build host: a real forked process that measures a dataset ahead as this process would, loads a real tokenizer,
+reports its facts, forks the builds it is asked for, and sends back exactly what a build in this process gives.
+Stopping it ends its builds; its death fails the builds still waiting; a failed load leaves the step to load the
+tokenizer itself, a failed measure leaves it to measure. Where a test needs a build or a measure that never ends,
+the function is replaced before the fork, so the real processes run it."""
 
 import contextlib
 import json
@@ -20,7 +21,7 @@ from nemotron_assets.errors import InputError
 from nemotron_assets.forked_calls import ForkedCallDied, fork_available
 from nemotron_assets.layout import ShardKey
 from nemotron_assets.pretrain import build_host
-from nemotron_assets.pretrain.build_host import BuildHost, BuildRequest, command_host
+from nemotron_assets.pretrain.build_host import BuildHost, BuildRequest, MeasureAhead, command_host, measured_ahead
 from nemotron_assets.pretrain.shard_step import build_staged
 from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
@@ -40,8 +41,8 @@ def host_of(tokenizer_dir):
     """Start hosts for the test; each is closed afterwards, whatever the test did."""
     hosts = []
 
-    def start(spec: str | None = None) -> BuildHost:
-        hosts.append(BuildHost(spec or str(tokenizer_dir), None, DocumentOptions()))
+    def start(spec: str | None = None, ahead: MeasureAhead | None = None) -> BuildHost:
+        hosts.append(BuildHost(spec or str(tokenizer_dir), None, DocumentOptions(), ahead))
         return hosts[-1]
 
     yield start
@@ -117,6 +118,43 @@ def test_a_failed_load_gives_no_facts_and_ends_the_host(host_of, tmp_path):
     assert host.state == "gone" and process_ended(host.pid)
     with pytest.raises(RuntimeError, match="gone"):
         host.builds({}, 1, on_message=lambda *_: None)
+
+
+def test_the_host_measures_ahead_the_manifest_this_process_would_measure_and_gives_it_once(host_of, tmp_path):
+    blend, expected = _blend_with_three_shards(tmp_path)
+    host = host_of(ahead=MeasureAhead(blend, "web", tmp_path))
+    other_blend = blend.model_copy(update={"num_shards": 2})
+    for asked in ((other_blend, "web", tmp_path), (blend, "web", tmp_path / "elsewhere"), (blend, "news", tmp_path)):
+        assert measured_ahead(*asked) is None  # not the call the host made: the step measures
+    manifest = measured_ahead(blend, "web", tmp_path)
+    assert manifest == expected and len(manifest.shards) == 3
+    assert measured_ahead(blend, "web", tmp_path) is None  # once: a second split of the dataset measures again
+    assert host.facts() is not None and host.state == "ready"  # then the tokenizer, as without measuring
+
+
+def test_a_dataset_the_host_cannot_measure_is_left_to_the_step_and_the_tokenizer_still_loads(host_of, tmp_path):
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    entry = DatasetEntry(name="web", path=str(tmp_path / "empty.jsonl"))
+    blend = Blend(name="b", datasets=[entry])
+    host = host_of(ahead=MeasureAhead(blend, "web", tmp_path))
+    assert measured_ahead(blend, "web", tmp_path) is None
+    assert host.facts() is not None and host.state == "ready"
+    with pytest.raises(InputError, match="empty file") as raised:  # the step meets the error itself, located
+        build_manifest(blend, entry, tmp_path)
+    assert "empty.jsonl" in str(raised.value)
+
+
+def _never_ending_measure(ahead):
+    time.sleep(3600)
+
+
+def test_a_host_that_dies_while_measuring_leaves_the_dataset_to_the_step(host_of, tmp_path, monkeypatch):
+    monkeypatch.setattr(build_host, "_measure", _never_ending_measure)  # before the fork: the host runs this one
+    blend, _ = _blend_with_three_shards(tmp_path)
+    host = host_of(ahead=MeasureAhead(blend, "web", tmp_path))
+    os.kill(host.pid, signal.SIGKILL)
+    assert measured_ahead(blend, "web", tmp_path) is None
+    assert host.state == "gone" and host.facts() is None
 
 
 def _never_ending_build(request, tokenizer, report):
