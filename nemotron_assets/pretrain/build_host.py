@@ -133,6 +133,7 @@ class BuildHost:
                 self.kill()
         self.ahead = None  # taken (or given up): a second source_split of the dataset measures it again
         return self._measured.pop(dataset, None)
+
     def builds(self, requests: dict[str, BuildRequest], processes: int,
                on_message: Callable[[str, Any], None]) -> "HostedBuilds":
         """Start building ``requests`` (name -> request), ``processes`` at a time, each in a process the host forks."""
