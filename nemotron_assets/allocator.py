@@ -19,7 +19,6 @@ grow (bench/README.md, "Page faults"). An environment that sets either tunable i
 """
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -43,11 +42,12 @@ def tune_malloc_for_builds() -> list[str]:
 
 
 def _mallopt():
-    """glibc's ``mallopt``, or None (not Linux, no C library found, or one without it)."""
+    """glibc's ``mallopt``, or None (not Linux, or a C library without it). Looked up among the symbols this process
+    has loaded already (``CDLL(None)``): ``ctypes.util.find_library`` would run ``ldconfig`` at every command start."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError, TypeError):
         return None
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
