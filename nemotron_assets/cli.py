@@ -217,10 +217,11 @@ def _build_host_started(request: Request, args: argparse.Namespace, cluster: boo
         return
     from nemotron_assets.pretrain.build_host import BuildHost, MeasureAhead
     from nemotron_assets.pretrain.inputs import document_options
+    from nemotron_assets.sources.files import is_remote
 
     blend = request.blend
     first = blend.entry(datasets[0])
-    measure = ("source_split" in request.steps and request.sample is None and "://" not in first.path)
+    measure = "source_split" in request.steps and request.sample is None and not is_remote(first.path)
     try:
         host = BuildHost(blend.tokenizer_model, blend.tokenizer_revision,
                          document_options(blend, args.tokenizer_backend),

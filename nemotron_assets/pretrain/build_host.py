@@ -116,9 +116,7 @@ class BuildHost:
 
     def facts(self) -> TokenizerFacts | None:
         """The loaded tokenizer's facts, once the load has ended; None when it failed or the host is gone."""
-        while self.state == "loading" and (message := self._receive()) is not None:
-            if not self._take(message):
-                self.kill()  # not a message of a loading host
+        self._read_while_loading(until=lambda: False)
         return self._facts if self.state != "gone" else None
 
     def manifest(self, blend: Blend, dataset: str, base_dir: Path) -> SourceManifest | None:
@@ -127,10 +125,7 @@ class BuildHost:
         measuring failed, or when the host is gone: the step measures the dataset itself."""
         if self.ahead != MeasureAhead(blend, dataset, base_dir):
             return None
-        while (dataset not in self._measured and self.state == "loading"
-               and (message := self._receive()) is not None):
-            if not self._take(message):
-                self.kill()
+        self._read_while_loading(until=lambda: dataset in self._measured)
         self.ahead = None  # taken (or given up): a second source_split of the dataset measures it again
         return self._measured.pop(dataset, None)
 
@@ -168,6 +163,12 @@ class BuildHost:
         self._process.join()
         self._connection.close()
         self.state = "gone"
+
+    def _read_while_loading(self, until: Callable[[], bool]) -> None:
+        """Read the host's own messages until ``until()`` holds, its load has ended, or it has gone."""
+        while not until() and self.state == "loading" and (message := self._receive()) is not None:
+            if not self._take(message):
+                self.kill()  # not a message of a loading host
 
     def _take(self, message: tuple) -> bool:
         """Keep what a message of the host's own says (its manifest, its tokenizer's facts, a failed load); False for

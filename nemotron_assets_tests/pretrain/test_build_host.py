@@ -242,6 +242,26 @@ def test_a_command_that_cannot_fork_its_host_goes_on_without_it(monkeypatch, cap
     assert "no build host ([Errno 11] Resource temporarily unavailable)" in capsys.readouterr().err
 
 
+def test_the_command_asks_its_host_to_measure_ahead_only_a_whole_first_dataset_it_splits_now(monkeypatch):
+    """A sample's split reads only its first rows, and a command without source_split measures nothing: the host
+    would measure for nobody. The host's constructor is replaced by one that records what it was asked."""
+    from nemotron_assets import cli
+    from nemotron_assets.blend import load_blend
+    from nemotron_assets_tests.conftest import REPO
+
+    asked = []
+    monkeypatch.setattr(build_host, "BuildHost", lambda *args: asked.append(args[3]))
+    blend_file = REPO / "blends" / "sample.yaml"
+    blend = load_blend(blend_file)
+    args = cli._parser().parse_args(["materialize", "sample"])
+    for steps, sample in ((["source_split", "pretrain_shard"], None), (["source_split", "pretrain_shard"], "tiny"),
+                          (["pretrain_shard"], None)):
+        with cli._build_host_started(cli.Request(blend_file, blend, steps, sample), args, cluster=False):
+            pass
+    first = blend.datasets_of("pretrain")[0].name
+    assert asked == [MeasureAhead(blend, first, blend_file.parent), None, None]
+
+
 def test_the_command_forks_its_host_before_importing_dagster(tmp_path):
     """Importing Dagster takes ~0.5 s of the command's start: a host forked after it would load that much later.
     The host's constructor is replaced (in a fresh interpreter) by one that reports and ends the command."""
