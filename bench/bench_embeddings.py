@@ -53,9 +53,9 @@ def main() -> int:
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from nemotron_assets.scoring.device import choose_device
-    from nemotron_assets.scoring.embeddings import SentenceEmbedder
-    from nemotron_assets.scoring.model_files import DEFAULT_EMBEDDING_MODEL, locate_model
+    from nemotron_assets.defs.scoring.device import choose_device
+    from nemotron_assets.defs.scoring.embeddings import SentenceEmbedder
+    from nemotron_assets.defs.scoring.model_files import DEFAULT_EMBEDDING_MODEL, locate_model
 
     if not args.corpus.is_file():
         print(f"no corpus at {args.corpus}: build the bench corpus first (bench/README.md)", file=sys.stderr)

@@ -126,11 +126,11 @@ def main() -> int:
 
     import numpy as np
 
-    from nemotron_assets.scoring.device import choose_device
-    from nemotron_assets.scoring.model_files import locate_model
-    from nemotron_assets.scoring.nll import NllScorer
-    from nemotron_assets.scoring.rendering import ModelRenderer
-    from nemotron_assets.scoring.samples import scoring_sample
+    from nemotron_assets.defs.scoring.device import choose_device
+    from nemotron_assets.defs.scoring.model_files import locate_model
+    from nemotron_assets.defs.scoring.nll import NllScorer
+    from nemotron_assets.defs.scoring.rendering import ModelRenderer
+    from nemotron_assets.defs.scoring.samples import scoring_sample
 
     if not args.corpus.is_file():
         print(f"no corpus at {args.corpus}: build the bench corpus first (bench/README.md)", file=sys.stderr)

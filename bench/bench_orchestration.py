@@ -140,7 +140,7 @@ def run_cli(work: Path, blends: Path, args) -> dict:
 SUBMIT = """
 import json, sys, time, uuid, dagster as dg
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-from nemotron_assets.runner import load_repository
+from nemotron_assets.core.runs import load_repository
 backend = sys.argv[1]
 _, repo = load_repository()
 key = dg.AssetKey(["bench", "pretrain_shard"])

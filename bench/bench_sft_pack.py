@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nemotron_assets.sft.packing import DEFAULT_PACK_WINDOW  # noqa: E402  (after the path is set)
+from nemotron_assets.formats.packing import DEFAULT_PACK_WINDOW  # noqa: E402  (after the path is set)
 
 POOL_TOKENS = 1 << 22
 
@@ -49,7 +49,7 @@ def synthetic_samples(count: int, pack_size: int):
     """Deterministic samples: log-normal lengths, ids sliced from a random pool, prompt then trained answer."""
     import numpy as np
 
-    from nemotron_assets.sft.packing import PackSample
+    from nemotron_assets.formats.packing import PackSample
 
     rng = np.random.default_rng(0)
     pool = rng.integers(0, 200_000, POOL_TOKENS + 40_000, dtype=np.int32)
@@ -75,8 +75,8 @@ def child(mode: str, args) -> dict:
     """One measured run, in this (fresh) process; prints its numbers as one JSON line."""
     import numpy as np
 
-    from nemotron_assets.sft.packing import BinMember, PackedBin, PackSettings, PackStats, pack_samples, shift_mask
-    from nemotron_assets.sft.writers import PackedShardWriter, npy_from_shards, samples_name, shard_name
+    from nemotron_assets.formats.packed_sft import PackedShardWriter, npy_from_shards, samples_name, shard_name
+    from nemotron_assets.formats.packing import BinMember, PackedBin, PackSettings, PackStats, pack_samples, shift_mask
 
     started = (time.perf_counter(), cpu_seconds())  # after the imports
     result = {"mode": mode}
@@ -163,7 +163,7 @@ def naive_first_fit(lengths, order, capacity):
 
 
 def planning_comparison(args) -> dict:
-    from nemotron_assets.sft.packing import first_fit, shuffle_order
+    from nemotron_assets.formats.packing import first_fit, shuffle_order
 
     lengths = [len(s.input_ids) - 1 for s in islice(synthetic_samples(args.naive_samples * 2, args.pack_size),
                                                     args.naive_samples * 2) if len(s.input_ids) - 1 <= args.pack_size]

@@ -129,8 +129,8 @@ def cpu_seconds() -> float:
 
 
 def run_ours(args: argparse.Namespace, chat_template: str, tokenizer_model: str) -> dict:
-    from nemotron_assets.sft.chat_format import ChatFormatSpec
-    from nemotron_assets.sft.pool import samples_in_processes
+    from nemotron_assets.chat.chat_format import ChatFormatSpec
+    from nemotron_assets.defs.sft.render_pool import samples_in_processes
 
     spec = ChatFormatSpec(chat_template, tokenizer_model)
     start, cpu = time.perf_counter(), cpu_seconds()
@@ -158,7 +158,7 @@ def run_transformers(args: argparse.Namespace) -> dict:
     import numpy as np
     from transformers import PreTrainedTokenizerFast
 
-    from nemotron_assets.sft.samples import conversation_strings, plan_samples
+    from nemotron_assets.chat.samples import conversation_strings, plan_samples
     from nemotron_assets.tokenize.loading import locate_tokenizer
 
     files = locate_tokenizer("llama3")
@@ -220,9 +220,9 @@ def run_openai_harmony(args: argparse.Namespace) -> dict:
     )
     from openai_harmony import Message as LibraryMessage
 
-    from nemotron_assets.sft.harmony import _body_length, harmony_messages
-    from nemotron_assets.sft.o200k import LITERALS
-    from nemotron_assets.sft.samples import conversation_strings, plan_samples
+    from nemotron_assets.chat.harmony import _body_length, harmony_messages
+    from nemotron_assets.chat.o200k import LITERALS
+    from nemotron_assets.chat.samples import conversation_strings, plan_samples
 
     encoding = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
     keep_reasoning = RenderConversationConfig(auto_drop_analysis=False)

@@ -14,19 +14,19 @@ from pathlib import Path
 
 import dagster as dg
 
-from nemotron_assets import settings
-from nemotron_assets.assets.harmony import HarmonyAssets, build_harmony_assets
-from nemotron_assets.assets.jsonl import JsonlAssets, build_jsonl_assets
-from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
-from nemotron_assets.assets.scoring import ScoringAssets, build_scoring_assets
-from nemotron_assets.assets.sft import SftAssets, build_sft_assets
-from nemotron_assets.automation import blend_automation
-from nemotron_assets.blend import BrokenBlend, load_blend_folder
-from nemotron_assets.cli_console import compact_console
-from nemotron_assets.executor import executor
-from nemotron_assets.partitions import Scope
-from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
+from nemotron_assets.cli.console import compact_console
+from nemotron_assets.core import settings
+from nemotron_assets.core.blend import BrokenBlend, load_blend_folder
+from nemotron_assets.core.executor import executor
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.partitions import Scope
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.defs.automation import blend_automation
+from nemotron_assets.defs.harmony.assets import HarmonyAssets, build_harmony_assets
+from nemotron_assets.defs.jsonl.assets import JsonlAssets, build_jsonl_assets
+from nemotron_assets.defs.pretrain.assets import PretrainAssets, build_pretrain_assets
+from nemotron_assets.defs.scoring.assets import ScoringAssets, build_scoring_assets
+from nemotron_assets.defs.sft.assets import SftAssets, build_sft_assets
 
 # We rely on BackfillPolicy (beta) and partitioned asset checks (preview) on purpose, with dagster pinned; the
 # warnings would repeat for every asset of every blend on every load.

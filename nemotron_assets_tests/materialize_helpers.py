@@ -5,11 +5,11 @@ from pathlib import Path
 import dagster as dg
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from nemotron_assets.assets.pretrain import PretrainAssets, build_pretrain_assets
-from nemotron_assets.blend import Blend, load_blend
-from nemotron_assets.partitions import Scope
-from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
+from nemotron_assets.core.blend import Blend, load_blend
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.partitions import Scope
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.defs.pretrain.assets import PretrainAssets, build_pretrain_assets
 
 
 def pipeline_for(blend_file: Path, samples: bool = False, **overrides) -> tuple[Blend, PretrainAssets]:

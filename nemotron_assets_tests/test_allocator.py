@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from nemotron_assets.allocator import _mallopt
+from nemotron_assets.core.allocator import _mallopt
 
 PROBE = """
 import resource, sys
-from nemotron_assets.allocator import tune_malloc_for_builds
+from nemotron_assets.core.allocator import tune_malloc_for_builds
 applied = tune_malloc_for_builds() if sys.argv[1] == "tuned" else []
 block = bytearray(20 << 20)  # 20 MB, every page written (zeroed)
 del block

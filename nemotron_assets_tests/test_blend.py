@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nemotron_assets.blend import (
+from nemotron_assets.core.blend import (
     Blend,
     DatasetEntry,
     UnknownBlend,
@@ -15,7 +15,7 @@ from nemotron_assets.blend import (
     load_blend_folder,
     parse_size,
 )
-from nemotron_assets.errors import InputError
+from nemotron_assets.sources.errors import InputError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -205,9 +205,9 @@ def test_a_jsonl_sample_runs_source_split_then_jsonl_shard_then_jsonl_manifest(c
     assert manifest["root"] == str(jsonl)
     assert sum(d["rows_in"] for d in manifest["datasets"].values()) == 5 * 4  # the first 4 rows of each dataset
     assert all((jsonl / path).exists() for split in ("train", "valid", "test") for path in manifest[split])
-    from nemotron_assets.blend import load_blend
-    from nemotron_assets.status import collect_status
-    from nemotron_assets.storage import Storage
+    from nemotron_assets.cli.status_report import collect_status
+    from nemotron_assets.core.blend import load_blend
+    from nemotron_assets.core.storage import Storage
 
     blend = load_blend(REPO / "blends" / "rl_sample.yaml")
     with dg.DagsterInstance.from_config(cli_env["DAGSTER_HOME"]) as instance:
@@ -221,8 +221,8 @@ def test_failed_asset_checks_are_listed_from_the_runs_event_log():
     """A failed check does not fail its Dagster run; the command lists every failed one (asset, partition, check,
     its first problem) from the event log of a real instance, and none that passed. The asset reports as every
     partitioned asset of the product does (reporting.py)."""
-    from nemotron_assets.assets.reporting import CheckOutcome, materialize_partitions, partitioned_asset
     from nemotron_assets.cli import _failed_checks
+    from nemotron_assets.core.reporting import CheckOutcome, materialize_partitions, partitioned_asset
 
     partitions = dg.StaticPartitionsDefinition(["a", "b"])
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.assets.reporting import describe_failure
+from nemotron_assets.core.reporting import describe_failure
 from nemotron_assets_tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron_assets import settings
+from nemotron_assets.core import settings
 from nemotron_assets_tests.cluster_services import POSTGRES_PASSWORD, postgres_bin_dir, postgres_server, ray_head
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.megatron_reader import read_raw

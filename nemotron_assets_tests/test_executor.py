@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from nemotron_assets.executor import executor
+from nemotron_assets.core.executor import executor
 
 
 @dg.asset

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.forked_calls import ForkedCallDied, ForkedCalls, fork_available
+from nemotron_assets.core.workers import ForkedCallDied, ForkedCalls, fork_available
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.process_helpers import process_ended, wait_for
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="needs fork")
@@ -152,7 +152,7 @@ def test_a_child_whose_parent_was_killed_ends_at_its_next_report(tmp_path):
     including the first one, which the fork of the second copied its pipe's parent end into."""
     parent = subprocess.Popen(
         [sys.executable, "-c", "import os, sys, time\n"
-         "from nemotron_assets.forked_calls import ForkedCalls\n"
+         "from nemotron_assets.core.workers import ForkedCalls\n"
          "def reporting(report):\n"
          "    print(os.getpid(), flush=True)\n"
          "    while True:\n"

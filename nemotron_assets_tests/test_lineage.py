@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.resources.wandb_lineage import WandbLineage
+from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for
 
 try:
@@ -196,7 +196,7 @@ def test_harmony_shard_run_logs_one_harmony_artifact_per_dataset(posttrain_linea
     runs = offline_runs(folder)
     assert sorted(runs) == ["candidate_pool", "harmony_shard"]
     [artifacts] = runs["harmony_shard"]
-    from nemotron_assets.blend import load_blend
+    from nemotron_assets.core.blend import load_blend
     from nemotron_assets_tests.assets.test_harmony_assets import SAMPLE
 
     datasets = [e.name for e in load_blend(SAMPLE).entries()]
@@ -221,7 +221,7 @@ def test_pool_run_uses_the_harmony_artifacts_and_logs_every_pool(posttrain_linea
     produced = {a.name: a.digest for a in runs["harmony_shard"][0] if a.type == "harmony-shards"}
     used, pools = used_and_logged(runs["candidate_pool"][0])
     assert used == produced
-    from nemotron_assets.posttrain.pools import POOL_NAMES
+    from nemotron_assets.defs.harmony.pools import POOL_NAMES
 
     assert sorted(pools) == sorted(f"posttrain_sample-pool-{pool}" for pool in POOL_NAMES)
     tool_use = pools["posttrain_sample-pool-tool_use"]
@@ -276,9 +276,9 @@ def test_jsonl_runs_link_source_manifests_to_shard_artifacts_to_the_manifest_art
 def scoring_lineage(tmp_path_factory):
     """The post-training sample with a scoring: section (a tiny random Llama, the bundled MiniLM) materialized once
     with lineage on (offline): the pools, the four scoring assets, then packed SFT from the easy selection."""
-    from nemotron_assets.assets.sft import build_sft_assets
-    from nemotron_assets.blend import load_blend
-    from nemotron_assets.partitions import Scope
+    from nemotron_assets.core.blend import load_blend
+    from nemotron_assets.core.partitions import Scope
+    from nemotron_assets.defs.sft.assets import build_sft_assets
     from nemotron_assets_tests.assets.test_scoring_assets import POOL, SAMPLE, ScoringPipeline, scoring_settings
     from nemotron_assets_tests.scoring.conftest import build_tiny_llama
 

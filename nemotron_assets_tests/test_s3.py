@@ -8,10 +8,10 @@ import dagster as dg
 import pytest
 import s3fs
 
-from nemotron_assets.blend import DatasetEntry
+from nemotron_assets.core.blend import DatasetEntry
+from nemotron_assets.core.storage import Storage
 from nemotron_assets.sources.discovery import resolve_files
 from nemotron_assets.sources.readers import ReadOptions, ReadStats, count_rows_and_hash, iter_text_batches
-from nemotron_assets.storage import Storage
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.materialize_helpers import pipeline_for, run_asset, shard_keys
 from nemotron_assets_tests.s3_server import apply_environment, make_bucket, moto_server

@@ -28,9 +28,9 @@ import pytest
 import requests
 import s3fs
 
-from nemotron_assets import settings
+from nemotron_assets.core import settings
+from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.definitions import build_definitions
-from nemotron_assets.resources.storage import StorageResource
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.megatron_reader import read_raw
 from nemotron_assets_tests.s3_server import free_port, make_bucket, moto_server

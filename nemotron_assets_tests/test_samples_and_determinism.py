@@ -49,7 +49,7 @@ def _materializations(home: str, asset: list[str]) -> int:
 
 def _run_processes(home: str) -> set[str]:
     """The processes that executed the instance's runs (their ``PROCESS_TAG``)."""
-    from nemotron_assets.instance import PROCESS_TAG
+    from nemotron_assets.core.instance import PROCESS_TAG
 
     os.environ["DAGSTER_HOME"] = home
     try:

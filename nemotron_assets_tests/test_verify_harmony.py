@@ -8,10 +8,10 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.records import read_receipt, write_receipt
-from nemotron_assets.status import collect_status
-from nemotron_assets.storage import Storage
-from nemotron_assets.verification import collect_problems
+from nemotron_assets.cli.status_report import collect_status
+from nemotron_assets.cli.verify_report import collect_problems
+from nemotron_assets.core.records import read_receipt, write_receipt
+from nemotron_assets.core.storage import Storage
 from nemotron_assets_tests.assets.test_harmony_assets import SAMPLE, Pipeline
 
 SHARD = "posttrain_sample/harmony/nemotron_math_v2/shard_00000"

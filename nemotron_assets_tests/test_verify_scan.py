@@ -12,8 +12,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nemotron_assets.defs.pretrain import shard_checks
 from nemotron_assets.formats.megatron import DType
-from nemotron_assets.pretrain import shard_checks
 
 
 class ShortReads(io.RawIOBase):

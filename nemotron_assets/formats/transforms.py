@@ -21,7 +21,7 @@ turn without ``from``/``value``), ``conflict:<field>`` (``nemotron_rl`` would ov
 ``tools`` of the row) and ``unserializable`` (a value JSON cannot hold, such as bytes). The first few drops keep
 their row number as examples.
 
-**Splits** (`nemotron_assets.sft.split`): each output row goes to train, valid or test by the holdout hash of its
+**Splits** (`nemotron_assets.formats.splits`): each output row goes to train, valid or test by the holdout hash of its
 split key: the first user message (``messages`` with role ``user``, a ShareGPT turn from ``human``/``user``, or
 ``sft``'s input), else the whole output row as canonical JSON. A dataset listed under the blend's ``valid:`` or
 ``test:`` goes wholly there.
@@ -43,7 +43,7 @@ from typing import Any, BinaryIO, Literal
 import orjson
 import zstandard
 
-from nemotron_assets.sft.split import SPLITS, Holdout, Split, assign_split, canonical_json, first_user_text
+from nemotron_assets.formats.splits import SPLITS, Holdout, Split, assign_split, canonical_json, first_user_text
 
 Compression = Literal["zstd"] | None
 #: The version of what these transforms and the writer produce: in every JSONL shard receipt's inputs, bumped

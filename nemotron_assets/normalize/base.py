@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemotron_assets.errors import InputError
 from nemotron_assets.formats.harmony import REASONING_EFFORTS
+from nemotron_assets.sources.errors import InputError
 
 DEFAULT_EFFORT = "medium"
 #: Correctness at or above this is an easy problem (difficulty "low"); at or below `HARD_AT_MOST` a hard one. The same

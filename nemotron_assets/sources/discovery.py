@@ -11,8 +11,8 @@ import glob
 import os
 from pathlib import Path
 
-from nemotron_assets.blend import DatasetEntry
-from nemotron_assets.errors import InputError
+from nemotron_assets.core.blend import DatasetEntry
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile, detect_format
 from nemotron_assets.sources.selection import Resolution, matches_subset_split
 

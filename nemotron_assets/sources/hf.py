@@ -25,8 +25,8 @@ import yaml
 from fsspec.utils import glob_translate
 from huggingface_hub import constants, errors, snapshot_download
 
-from nemotron_assets.blend import DatasetEntry
-from nemotron_assets.errors import InputError
+from nemotron_assets.core.blend import DatasetEntry
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile, detect_format
 from nemotron_assets.sources.selection import Resolution, matches_subset_split
 

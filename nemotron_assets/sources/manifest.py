@@ -8,10 +8,10 @@ file version it holds, and a later run can tell whether anything changed under i
 from collections.abc import Iterator
 from pathlib import Path
 
-from nemotron_assets.blend import Blend, DatasetEntry
-from nemotron_assets.errors import InputError
-from nemotron_assets.records import SourceManifest
+from nemotron_assets.core.blend import Blend, DatasetEntry
+from nemotron_assets.core.records import SourceManifest
 from nemotron_assets.sources.discovery import resolve_files, storage_options_for
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.plan import plan_shards, shard_count_for
 from nemotron_assets.sources.readers import (

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from nemotron_assets.errors import InputError
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile, open_decompressed, open_raw
 
 READ_CHUNK = 8 << 20

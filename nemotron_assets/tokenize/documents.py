@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 
-from nemotron_assets.errors import InputError
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.cuts import Cutter
 from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron_assets.errors import InputError
+from nemotron_assets.sources.errors import InputError
 
 BUNDLED = {
     # name: (python package holding tokenizer.json, eos token, bos token)

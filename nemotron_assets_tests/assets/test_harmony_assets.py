@@ -8,12 +8,12 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.assets.harmony import build_harmony_assets
-from nemotron_assets.assets.pretrain import build_pretrain_assets
-from nemotron_assets.blend import load_blend
+from nemotron_assets.core.blend import load_blend
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.defs.harmony.assets import build_harmony_assets
+from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
 from nemotron_assets.formats.harmony import parse_harmony, validate_harmony
-from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
 from nemotron_assets_tests.conftest import REPO
 
 SAMPLE = REPO / "blends" / "posttrain_sample.yaml"
@@ -170,7 +170,7 @@ def test_unreadable_row_fails_naming_dataset_file_line_and_field(tmp_path, insta
 
 
 def test_unknown_family_is_refused_when_the_blend_is_loaded(tmp_path):
-    from nemotron_assets.errors import InputError
+    from nemotron_assets.sources.errors import InputError
 
     (tmp_path / "b.yaml").write_text("datasets:\n  - {name: x, path: x.jsonl, family: nemotron_mystery}\n")
     with pytest.raises(InputError, match="unknown family 'nemotron_mystery'"):

@@ -16,15 +16,15 @@ import pytest
 import yaml
 import zstandard
 
-from nemotron_assets.assets.jsonl import build_jsonl_assets
-from nemotron_assets.assets.pretrain import build_pretrain_assets
-from nemotron_assets.blend import load_blend
-from nemotron_assets.errors import NotReady
-from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
-from nemotron_assets.status import collect_status
-from nemotron_assets.storage import Storage
-from nemotron_assets.verification import collect_problems
+from nemotron_assets.cli.status_report import collect_status
+from nemotron_assets.cli.verify_report import collect_problems
+from nemotron_assets.core.blend import load_blend
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.records import NotReady
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.jsonl.assets import build_jsonl_assets
+from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
 from nemotron_assets_tests.conftest import REPO
 
 SAMPLE = REPO / "blends" / "rl_sample.yaml"
@@ -293,7 +293,7 @@ def test_changing_compression_or_transform_makes_exactly_that_dataset_stale(samp
     assert "transform.name=\"sharegpt\", now \"passthrough\"" in stale["sharegpt_chat"]
     with pytest.raises(NotReady, match=r"2 JSONL shard\(s\) of rl_sample are not up to date: math_rl/shard_00000 "
                                        r"\(stale: built with compression"):
-        from nemotron_assets.posttrain.jsonl_step import materialize_jsonl_manifest
+        from nemotron_assets.defs.jsonl.steps import materialize_jsonl_manifest
 
         materialize_jsonl_manifest(changed.store, changed.blend, "rl_sample")
 

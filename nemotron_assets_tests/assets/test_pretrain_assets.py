@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from nemotron_assets.forked_calls import fork_available
+from nemotron_assets.core.workers import fork_available
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for, run_asset, shard_keys
 from nemotron_assets_tests.megatron_reader import read_dataset

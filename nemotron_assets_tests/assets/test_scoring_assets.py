@@ -23,22 +23,22 @@ import pyarrow.parquet as pq
 import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from nemotron_assets.assets.harmony import build_harmony_assets
-from nemotron_assets.assets.pretrain import build_pretrain_assets
-from nemotron_assets.assets.scoring import build_scoring_assets
-from nemotron_assets.assets.scoring_parts import register_pool_parts
-from nemotron_assets.assets.sft import build_sft_assets
-from nemotron_assets.blend import Blend, load_blend
-from nemotron_assets.partitions import Scope
-from nemotron_assets.records import Receipt, read_receipt, write_receipt
-from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
-from nemotron_assets.scoring.model_files import locate_model
-from nemotron_assets.scoring.rendering import conversation_from_row
-from nemotron_assets.scoring.settings import ScoringSettings
-from nemotron_assets.scoring.states import scoring_states
-from nemotron_assets.scoring.verify import scoring_problems
-from nemotron_assets.storage import Storage
+from nemotron_assets.core.blend import Blend, load_blend
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.partitions import Scope
+from nemotron_assets.core.records import Receipt, read_receipt, write_receipt
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.core.scoring_settings import ScoringSettings
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.assets import build_harmony_assets
+from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
+from nemotron_assets.defs.scoring.assets import build_scoring_assets
+from nemotron_assets.defs.scoring.model_files import locate_model
+from nemotron_assets.defs.scoring.parts import register_pool_parts
+from nemotron_assets.defs.scoring.rendering import conversation_from_row
+from nemotron_assets.defs.scoring.states import scoring_states
+from nemotron_assets.defs.scoring.verify import scoring_problems
+from nemotron_assets.defs.sft.assets import build_sft_assets
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.scoring.conftest import build_tiny_llama, direct_nll_sum, transformers_render
 from nemotron_assets_tests.scoring.test_extra import HIDE_HEAVY
@@ -277,8 +277,8 @@ def test_a_scoring_blend_fails_its_runs_with_the_install_command_without_the_ext
     code = HIDE_HEAVY + f"""
 import dagster as dg
 from nemotron_assets.definitions import build_definitions
-from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.core.lineage import WandbLineage
 defs = build_definitions({str(blends)!r}, {str(tmp_path / 'data')!r})
 assert sys.modules.get("torch") is None
 key = dg.AssetKey(["scored", "nll_scores"])

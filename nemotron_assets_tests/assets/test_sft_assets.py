@@ -20,16 +20,16 @@ import pyarrow.parquet as pq
 import pytest
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from nemotron_assets.assets.harmony import build_harmony_assets
-from nemotron_assets.assets.pretrain import build_pretrain_assets
-from nemotron_assets.assets.sft import build_sft_assets
-from nemotron_assets.blend import load_blend
-from nemotron_assets.partitions import Scope, sample_partitions_name
-from nemotron_assets.resources.storage import StorageResource
-from nemotron_assets.resources.wandb_lineage import WandbLineage
-from nemotron_assets.sft.steps.states import sft_status
-from nemotron_assets.sft.steps.verify import sft_problems
-from nemotron_assets.storage import Storage
+from nemotron_assets.core.blend import load_blend
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.partitions import Scope, sample_partitions_name
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.assets import build_harmony_assets
+from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
+from nemotron_assets.defs.sft.assets import build_sft_assets
+from nemotron_assets.defs.sft.states import sft_status
+from nemotron_assets.defs.sft.verify import sft_problems
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.sft.test_writers import load_like_bridge
 
@@ -269,7 +269,7 @@ def test_changing_the_template_rerenders(built, tmp_path):
         (samples,) = pipeline.packed_sft(steps=1)
         assert set(statuses(samples).values()) == {"built"}
         shard = pa.ipc.open_file(pipeline.out / "sft" / "samples" / "openai_chat" / "shard_00000.arrow").read_all()
-        text = __import__("nemotron_assets.sft.o200k", fromlist=["x"]).o200k_harmony_encoding().decode(
+        text = __import__("nemotron_assets.chat.o200k", fromlist=["x"]).o200k_harmony_encoding().decode(
             shard.column("input_ids")[0].as_py())
         assert text.startswith("<|im_start|>")
 

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nemotron_assets.formats.splits import Holdout, holdout_split
 from nemotron_assets.formats.transforms import (
     Skip,
     jsonl_manifest,
     parse_transform,
     write_jsonl_shard,
 )
-from nemotron_assets.sft.split import Holdout, holdout_split
 
 RL_ROW = {
     "uuid": "u1",

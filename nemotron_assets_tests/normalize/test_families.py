@@ -461,8 +461,8 @@ def test_difficulty_bin_from_correctness(correctness, bin_):
 
 
 def test_pure_modules_never_import_dagster():
-    code = ("import sys; import nemotron_assets.normalize.families, nemotron_assets.posttrain.pools, "
-            "nemotron_assets.posttrain.harmony_shard, nemotron_assets.posttrain.embedding; "
+    code = ("import sys; import nemotron_assets.normalize.families, nemotron_assets.defs.harmony.pools, "
+            "nemotron_assets.defs.harmony.harmony_shard, nemotron_assets.defs.harmony.embedding; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -12,11 +12,11 @@ import pytest
 from openai_harmony import Author, Conversation, RenderConversationConfig, Role, TextContent
 from openai_harmony import Message as LibraryMessage
 
+from nemotron_assets.defs.harmony.harmony_shard import SCHEMA
 from nemotron_assets.normalize.base import NormalizedRow
 from nemotron_assets.normalize.canonical import assistant
 from nemotron_assets.normalize.families import normalize_row
 from nemotron_assets.normalize.record import COLUMNS, INVALID_FLAGS, has_placeholder_prompt, to_record
-from nemotron_assets.posttrain.harmony_shard import SCHEMA
 from nemotron_assets_tests.formats.test_harmony import library_developer, library_system
 
 FIXTURES = Path(__file__).parent / "fixtures"

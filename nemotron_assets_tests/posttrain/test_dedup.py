@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.posttrain.dedup import count_repeated, find_duplicates
+from nemotron_assets.defs.harmony.dedup import count_repeated, find_duplicates
 
 SHARDS = st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=12), min_size=1, max_size=5)
 

@@ -1,7 +1,7 @@
 """Embedding views: the behavior signature describes what was done, never the values."""
 
+from nemotron_assets.defs.harmony.embedding import answer_type, embed_text
 from nemotron_assets.formats.harmony import Message, render_harmony
-from nemotron_assets.posttrain.embedding import answer_type, embed_text
 
 
 def _conversation(city: str, answer: str) -> str:

@@ -3,9 +3,9 @@ its receipt is named, with the file."""
 
 import zstandard
 
-from nemotron_assets.posttrain.jsonl_files import shard_problems
-from nemotron_assets.records import Receipt
-from nemotron_assets.storage import Storage
+from nemotron_assets.core.records import Receipt
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.jsonl.files import shard_problems
 
 PREFIX = "b/jsonl/d/shard_00000"
 

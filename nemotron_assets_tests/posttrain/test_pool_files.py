@@ -7,14 +7,14 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.posttrain.pools import (
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.pools import (
     ROW_GROUP_BYTES,
     ROW_OVERHEAD_BYTES,
     PoolThresholds,
     row_group_rows,
     write_pool,
 )
-from nemotron_assets.storage import Storage
 
 
 def rows(count: int, chars: int) -> pl.LazyFrame:

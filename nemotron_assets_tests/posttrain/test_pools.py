@@ -8,7 +8,7 @@ and next to them, and nulls are included.
 import polars as pl
 import pytest
 
-from nemotron_assets.posttrain.pools import POOL_NAMES, PoolThresholds, pool_predicate
+from nemotron_assets.defs.harmony.pools import POOL_NAMES, PoolThresholds, pool_predicate
 
 DEFAULTS = {
     "quality_valid_harmony": True, "quality_completion_nonempty": True, "quality_valid_tool_schema": True,

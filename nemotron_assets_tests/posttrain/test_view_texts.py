@@ -17,11 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.normalize.base import NormalizedRow, RowError, Skipped
-from nemotron_assets.normalize.canonical import canonical_messages
-from nemotron_assets.normalize.families import FAMILIES, normalize_row
-from nemotron_assets.normalize.record import to_record
-from nemotron_assets.posttrain.embedding import (
+from nemotron_assets.defs.harmony.embedding import (
     PASS_THROUGH,
     VIEWS,
     answer_type,
@@ -29,7 +25,11 @@ from nemotron_assets.posttrain.embedding import (
     view_texts,
     write_view_files,
 )
-from nemotron_assets.posttrain.harmony_shard import SCHEMA
+from nemotron_assets.defs.harmony.harmony_shard import SCHEMA
+from nemotron_assets.normalize.base import NormalizedRow, RowError, Skipped
+from nemotron_assets.normalize.canonical import canonical_messages
+from nemotron_assets.normalize.families import FAMILIES, normalize_row
+from nemotron_assets.normalize.record import to_record
 from nemotron_assets_tests.conftest import REPO
 
 SOURCES = [REPO / "blends" / "sample_data" / "posttrain", REPO / "nemotron_assets_tests" / "normalize" / "fixtures"]

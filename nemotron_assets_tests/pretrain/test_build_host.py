@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from nemotron_assets.blend import Blend, DatasetEntry
-from nemotron_assets.errors import InputError
-from nemotron_assets.forked_calls import ForkedCallDied, fork_available
-from nemotron_assets.layout import ShardKey
-from nemotron_assets.pretrain import build_host
-from nemotron_assets.pretrain.build_host import BuildHost, BuildRequest, MeasureAhead, command_host, measured_ahead
-from nemotron_assets.pretrain.shard_step import build_staged
+from nemotron_assets.core.blend import Blend, DatasetEntry
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.workers import ForkedCallDied, fork_available
+from nemotron_assets.defs.pretrain import build_host
+from nemotron_assets.defs.pretrain.build_host import BuildHost, BuildRequest, MeasureAhead, command_host, measured_ahead
+from nemotron_assets.defs.pretrain.shard_step import build_staged
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
 from nemotron_assets_tests.process_helpers import process_ended, wait_for
@@ -208,7 +208,7 @@ def test_a_host_whose_command_was_killed_ends(tokenizer_dir):
     """The command dies without a word (``kill -9``): the host, idle on its pipe, sees it closed and ends."""
     command = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\n"
-         "from nemotron_assets.pretrain.build_host import BuildHost\n"
+         "from nemotron_assets.defs.pretrain.build_host import BuildHost\n"
          "from nemotron_assets.tokenize.documents import DocumentOptions\n"
          "host = BuildHost(sys.argv[1], None, DocumentOptions())\n"
          "assert host.facts() is not None\n"
@@ -228,7 +228,7 @@ def test_a_host_whose_command_was_killed_ends(tokenizer_dir):
 def test_a_command_that_cannot_fork_its_host_goes_on_without_it(monkeypatch, capsys):
     """Forking may fail (memory, process limits): the command says so and its shard step loads the tokenizer."""
     from nemotron_assets import cli
-    from nemotron_assets.blend import load_blend
+    from nemotron_assets.core.blend import load_blend
     from nemotron_assets_tests.conftest import REPO
 
     def no_fork(*args, **kwargs):
@@ -246,7 +246,7 @@ def test_the_command_asks_its_host_to_measure_ahead_only_a_whole_first_dataset_i
     """A sample's split reads only its first rows, and a command without source_split measures nothing: the host
     would measure for nobody. The host's constructor is replaced by one that records what it was asked."""
     from nemotron_assets import cli
-    from nemotron_assets.blend import load_blend
+    from nemotron_assets.core.blend import load_blend
     from nemotron_assets_tests.conftest import REPO
 
     asked = []
@@ -268,7 +268,7 @@ def test_the_command_forks_its_host_before_importing_dagster(tmp_path):
     from nemotron_assets_tests.conftest import REPO
 
     script = ("import os, sys\n"
-              "from nemotron_assets.pretrain import build_host\n"
+              "from nemotron_assets.defs.pretrain import build_host\n"
               "def report(*args, **kwargs):\n"
               "    print('dagster' in sys.modules, flush=True)\n"
               "    os._exit(0)\n"

@@ -5,8 +5,8 @@ independent reader."""
 
 import pytest
 
+from nemotron_assets.defs.pretrain.build import CROSS_CHECK_CHARS, CROSS_CHECK_DOCS, build_shard
 from nemotron_assets.formats.megatron import DType
-from nemotron_assets.pretrain.build import CROSS_CHECK_CHARS, CROSS_CHECK_DOCS, build_shard
 from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
 from nemotron_assets.tokenize.encoders import HFEncoder
 from nemotron_assets_tests.megatron_reader import read_dataset

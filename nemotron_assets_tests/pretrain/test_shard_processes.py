@@ -1,9 +1,9 @@
 """Which shards a run may build in forked processes, and how many processes it asks for."""
 
-from nemotron_assets.forked_calls import fork_available
-from nemotron_assets.layout import ShardKey
-from nemotron_assets.pretrain.shard_processes import MAX_BUILD_PROCESSES, ShardTarget, build_processes, forkable
-from nemotron_assets.records import SourceManifest
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import SourceManifest
+from nemotron_assets.core.workers import fork_available
+from nemotron_assets.defs.pretrain.shard_processes import MAX_BUILD_PROCESSES, ShardTarget, build_processes, forkable
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.plan import FileRange, ShardPlan
 

@@ -1,7 +1,7 @@
 """Shared parts of the scoring tests: a tiny, randomly initialized Llama model with the real Llama-3 tokenizer, the
 references the tests compare against, and conversations to feed them.
 
-References, all independent of `nemotron_assets.scoring`:
+References, all independent of `nemotron_assets.defs.scoring`:
 
 - ids and assistant masks from transformers' ``apply_chat_template(..., return_assistant_tokens_mask=True)`` with
   the model folder's own tokenizer and template (`transformers_render`);

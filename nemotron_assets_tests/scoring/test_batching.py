@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.scoring.batching import Batch, padding_fraction, plan_batches
+from nemotron_assets.defs.scoring.batching import Batch, padding_fraction, plan_batches
 
 
 @settings(max_examples=300, deadline=None)

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.scoring.chat_template import find_chat_templates, is_harmony_tokenizer
+from nemotron_assets.defs.scoring.chat_template import find_chat_templates, is_harmony_tokenizer
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.loading import locate_tokenizer
 
 A, B, TOOLS = "{{ 'A' }}", "{{ 'B' }}", "{{ 'T' }}"

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.records import Receipt
-from nemotron_assets.scoring.device import choose_device, usable_cores
-from nemotron_assets.scoring.inputs import judged_device, precision_inputs
-from nemotron_assets.scoring.settings import ScoringSettings
+from nemotron_assets.core.records import Receipt
+from nemotron_assets.core.scoring_settings import ScoringSettings
+from nemotron_assets.defs.scoring.device import choose_device, usable_cores
+from nemotron_assets.defs.scoring.inputs import judged_device, precision_inputs
+from nemotron_assets.sources.errors import InputError
 
 
 def test_cpu_runs_fp32_on_every_usable_core():

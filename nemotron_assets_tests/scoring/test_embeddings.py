@@ -8,11 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.scoring.device import choose_device
-from nemotron_assets.scoring.embedding_parts import embed_view_part, read_embeddings
-from nemotron_assets.scoring.embeddings import SentenceEmbedder, read_sentence_config
-from nemotron_assets.scoring.model_files import DEFAULT_EMBEDDING_MODEL, ModelFiles, locate_model
+from nemotron_assets.defs.scoring.device import choose_device
+from nemotron_assets.defs.scoring.embedding_parts import embed_view_part, read_embeddings
+from nemotron_assets.defs.scoring.embeddings import SentenceEmbedder, read_sentence_config
+from nemotron_assets.defs.scoring.model_files import DEFAULT_EMBEDDING_MODEL, ModelFiles, locate_model
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.scoring.conftest import copy_folder
 
 CPU = choose_device("cpu")

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.scoring import require_scoring_extra
+from nemotron_assets.defs.scoring import require_scoring_extra
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.conftest import REPO
 
 # Makes `import torch` / `import transformers` fail and find_spec report them missing, as if not installed.
@@ -35,12 +35,13 @@ def test_require_scoring_extra_names_the_missing_packages_and_the_command(monkey
 def test_the_pure_scoring_modules_and_the_platform_import_without_torch():
     code = HIDE_HEAVY + """
 import nemotron_assets.definitions
-from nemotron_assets.scoring import batching, chat_template, model_files, near_duplicates, rendering, samples
-from nemotron_assets.scoring import selection, settings
-from nemotron_assets.scoring.extra import missing_scoring_packages
+from nemotron_assets.defs.scoring import batching, chat_template, model_files, near_duplicates, rendering, samples
+from nemotron_assets.defs.scoring import selection
+from nemotron_assets.core import scoring_settings
+from nemotron_assets.defs.scoring.extra import missing_scoring_packages
 assert missing_scoring_packages() == ["torch", "transformers", "sentence-transformers"], missing_scoring_packages()
 try:
-    import nemotron_assets.scoring.nll
+    import nemotron_assets.defs.scoring.nll
 except ModuleNotFoundError as error:
     print("nll needs", error.name)
 """

@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.scoring.model_files import folder_digest, locate_model
+from nemotron_assets.defs.scoring.model_files import folder_digest, locate_model
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.hub_cache import add_repo, use_hub_cache
 
 
@@ -63,9 +63,9 @@ def test_a_missing_local_folder_is_an_error(tmp_path):
 def test_a_cached_hub_model_loads_and_scores_like_its_folder(tiny_llama, tmp_path, monkeypatch):
     import numpy as np
 
-    from nemotron_assets.scoring.device import choose_device
-    from nemotron_assets.scoring.nll import NllScorer
-    from nemotron_assets.scoring.samples import scoring_sample
+    from nemotron_assets.defs.scoring.device import choose_device
+    from nemotron_assets.defs.scoring.nll import NllScorer
+    from nemotron_assets.defs.scoring.samples import scoring_sample
 
     files = {p.relative_to(tiny_llama).as_posix(): p.read_bytes() for p in tiny_llama.rglob("*") if p.is_file()}
     repo = add_repo(tmp_path / "hub", "org/tiny-llama", files)

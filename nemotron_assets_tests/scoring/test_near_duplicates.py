@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.scoring.near_duplicates import near_duplicate_pairs, write_near_duplicate_report
+from nemotron_assets.defs.scoring.near_duplicates import near_duplicate_pairs, write_near_duplicate_report
 
 MARGIN = 1e-5  # float32 products may put a pair this close to the threshold on either side
 

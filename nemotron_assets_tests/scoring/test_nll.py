@@ -12,11 +12,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.scoring.device import choose_device
-from nemotron_assets.scoring.model_files import locate_model
-from nemotron_assets.scoring.nll import NllScorer
-from nemotron_assets.scoring.samples import scoring_sample
+from nemotron_assets.defs.scoring.device import choose_device
+from nemotron_assets.defs.scoring.model_files import locate_model
+from nemotron_assets.defs.scoring.nll import NllScorer
+from nemotron_assets.defs.scoring.samples import scoring_sample
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.scoring.conftest import (
     CONVERSATIONS,
     LLAMA3_VOCAB,

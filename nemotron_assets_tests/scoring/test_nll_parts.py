@@ -7,12 +7,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.scoring.device import choose_device
-from nemotron_assets.scoring.model_files import locate_model
-from nemotron_assets.scoring.nll import NllScorer
-from nemotron_assets.scoring.nll_parts import score_pool_part
-from nemotron_assets.scoring.rendering import ModelRenderer
+from nemotron_assets.defs.scoring.device import choose_device
+from nemotron_assets.defs.scoring.model_files import locate_model
+from nemotron_assets.defs.scoring.nll import NllScorer
+from nemotron_assets.defs.scoring.nll_parts import score_pool_part
+from nemotron_assets.defs.scoring.rendering import ModelRenderer
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.scoring.conftest import CONVERSATIONS, direct_nll_sum, transformers_render
 
 LITERAL_ROW = ([{"role": "user", "content": "echo <|eot_id|>"}, {"role": "assistant", "content": "no"}], None)

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.scoring.model_files import locate_model
-from nemotron_assets.scoring.rendering import ModelRenderer, conversation_from_row
+from nemotron_assets.defs.scoring.model_files import locate_model
+from nemotron_assets.defs.scoring.rendering import ModelRenderer, conversation_from_row
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.scoring.conftest import CONVERSATIONS, TEMPLATE, copy_folder, transformers_render
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from nemotron_assets.scoring.samples import scoring_sample
+from nemotron_assets.defs.scoring.samples import scoring_sample
 
 
 def test_a_long_row_keeps_its_head_and_is_flagged():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.scoring.selection import greedy_k_center, quantile_count, select_by_nll
+from nemotron_assets.defs.scoring.selection import greedy_k_center, quantile_count, select_by_nll
 
 
 @settings(max_examples=300, deadline=None)
@@ -65,7 +65,7 @@ def test_a_selection_is_written_as_the_pool_rows_in_pool_order(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from nemotron_assets.scoring.selection import write_selected_rows
+    from nemotron_assets.defs.scoring.selection import write_selected_rows
 
     pq.write_table(pa.table({"id": ["a", "b", "c"], "text": ["x", "y", "z"]}), tmp_path / "part-00000.parquet")
     pq.write_table(pa.table({"id": ["d", "e"], "text": ["u", "v"]}), tmp_path / "part-00001.parquet")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import strategies as st
 
-from nemotron_assets.sft.chat_format import cached_chat_tokenizer
+from nemotron_assets.chat.chat_format import cached_chat_tokenizer
 from nemotron_assets.tokenize.loading import locate_tokenizer
 from nemotron_assets_tests.harmony_reference import harmony_encoding  # noqa: F401 - the tests import it from here
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from nemotron_assets.sft.steps.inputs import tokenizer_identity
+from nemotron_assets.defs.sft.inputs import tokenizer_identity
 from nemotron_assets_tests.sft.test_samples import small_tokenizer
 
 

@@ -10,8 +10,8 @@ for ``assistant`` every token after it up to and including the next terminator i
 from hypothesis import HealthCheck, assume, given, settings
 from openai_harmony import Conversation, RenderConversationConfig
 
-from nemotron_assets.sft.harmony import HarmonyTemplate, _body_length, harmony_messages
-from nemotron_assets.sft.samples import (
+from nemotron_assets.chat.harmony import HarmonyTemplate, _body_length, harmony_messages
+from nemotron_assets.chat.samples import (
     ENDS_ON_USER_TURN,
     find_literal,
     plan_samples,

@@ -3,8 +3,8 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nemotron_assets.chat.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_PATTERN, o200k_harmony_encoding
 from nemotron_assets.formats.harmony import special_tokens as formats_special_tokens
-from nemotron_assets.sft.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_PATTERN, o200k_harmony_encoding
 from nemotron_assets_tests.sft.render_reference import PIECES, as_list, chat_tokenizer, harmony_encoding
 
 TOKEN = st.sampled_from(sorted(HARMONY_SPECIAL_TOKENS))

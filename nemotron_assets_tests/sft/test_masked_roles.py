@@ -8,10 +8,10 @@ found in the result, and only tokens wholly inside a span count."""
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 
-from nemotron_assets.sft.harmony import HarmonyTemplate
-from nemotron_assets.sft.masked_roles import MASKED_ROLES, inner_token_spans, masked_content_spans
-from nemotron_assets.sft.samples import find_literal, render_sample, samples_for_conversation
-from nemotron_assets.sft.templates import JinjaChatTemplate, load_template
+from nemotron_assets.chat.harmony import HarmonyTemplate
+from nemotron_assets.chat.masked_roles import MASKED_ROLES, inner_token_spans, masked_content_spans
+from nemotron_assets.chat.samples import find_literal, render_sample, samples_for_conversation
+from nemotron_assets.chat.templates import JinjaChatTemplate, load_template
 from nemotron_assets_tests.sft.render_reference import chat_tokenizer, conversations, fixture_template
 
 LLAMA3 = JinjaChatTemplate(fixture_template("llama3_tagged.jinja"), "llama3_tagged.jinja",
@@ -133,8 +133,8 @@ def test_only_tokens_wholly_inside_a_span_count():
 
 def test_masked_spans_travel_through_worker_processes():
     """The flat spans come back from a worker exactly as computed in this process."""
-    from nemotron_assets.sft.chat_format import ChatFormatSpec
-    from nemotron_assets.sft.pool import samples_in_processes
+    from nemotron_assets.chat.chat_format import ChatFormatSpec
+    from nemotron_assets.defs.sft.render_pool import samples_in_processes
 
     conversation = ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                      {"role": "assistant", "content": "Hello."}], None)

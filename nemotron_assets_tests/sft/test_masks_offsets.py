@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.sft.tokenizers import HFChatTokenizer, TokenLiterals, byte_level_lengths
+from nemotron_assets.chat.tokenizers import HFChatTokenizer, TokenLiterals, byte_level_lengths
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
 from nemotron_assets_tests.sft.render_reference import PIECES, as_list, chat_tokenizer
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from nemotron_assets.sft.masks import assistant_mask
-from nemotron_assets.sft.samples import render_sample, tokenize_sample
-from nemotron_assets.sft.templates import JinjaChatTemplate
+from nemotron_assets.chat.masks import assistant_mask
+from nemotron_assets.chat.samples import render_sample, tokenize_sample
+from nemotron_assets.chat.templates import JinjaChatTemplate
 from nemotron_assets_tests.sft.render_reference import as_list, chat_tokenizer, transformers_sample
 
 # Templates whose generation spans land on the awkward places of the rule.

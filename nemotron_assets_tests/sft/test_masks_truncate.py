@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nemotron_assets.sft.chat_format import ChatFormatSpec, load_chat_format
-from nemotron_assets.sft.masks import truncate_sample
-from nemotron_assets.sft.samples import samples_for_conversation
+from nemotron_assets.chat.chat_format import ChatFormatSpec, load_chat_format
+from nemotron_assets.chat.masks import truncate_sample
+from nemotron_assets.chat.samples import samples_for_conversation
 from nemotron_assets_tests.sft.render_reference import FIXTURES, as_list
 
 EOT = [9, 8]

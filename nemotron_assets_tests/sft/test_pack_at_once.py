@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.layout import ShardKey, sft_samples_prefix
-from nemotron_assets.sft.packing import PackSettings, plan_bins
-from nemotron_assets.sft.steps import pack_step
-from nemotron_assets.sft.steps.pack_step import SAMPLE_SCHEMA, ShardSamples, read_samples
-from nemotron_assets.storage import Storage
+from nemotron_assets.core.layout import ShardKey, sft_samples_prefix
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.sft import pack_step
+from nemotron_assets.defs.sft.pack_step import SAMPLE_SCHEMA, ShardSamples, read_samples
+from nemotron_assets.formats.packing import PackSettings, plan_bins
 
 FILE = "chat/shard_00000"
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.sft.packing import (
+from nemotron_assets.formats.packing import (
     OVERLONG,
     OVERLONG_NOTHING_TRAINED,
     TOO_SHORT,
@@ -371,7 +371,7 @@ def test_bad_settings_are_refused(bad, match):
 
 @given(st.integers(0, 5000), st.integers(1, 700))
 def test_shards_of_a_split_are_as_few_as_fit_and_even(bins, bins_per_shard):
-    from nemotron_assets.sft.steps.plan_step import shard_bounds
+    from nemotron_assets.defs.sft.plan_step import shard_bounds
 
     bounds = shard_bounds(bins, bins_per_shard)
     assert len(bounds) == -(-bins // bins_per_shard)

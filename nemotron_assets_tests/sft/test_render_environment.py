@@ -10,15 +10,15 @@ from datetime import datetime
 
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.sft.samples import TEMPLATE_ERROR, render_sample, samples_for_conversation, tokenize_sample
-from nemotron_assets.sft.templates import (
+from nemotron_assets.chat.samples import TEMPLATE_ERROR, render_sample, samples_for_conversation, tokenize_sample
+from nemotron_assets.chat.templates import (
     RENDER_DATE,
     JinjaChatTemplate,
     TemplateRenderError,
     load_template,
     prepare_messages,
 )
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.sft.render_reference import (
     FIXTURES,
     TOOLS,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from nemotron_assets.sft.samples import samples_for_conversation
-from nemotron_assets.sft.templates import (
+from nemotron_assets.chat.samples import samples_for_conversation
+from nemotron_assets.chat.templates import (
     CHATML,
     JinjaChatTemplate,
     TemplateNotPrefixStable,

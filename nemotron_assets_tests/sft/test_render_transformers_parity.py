@@ -10,8 +10,8 @@ ChatML, on the fast (fastokens + byte offsets) and the reference (hf-tokenizers 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
-from nemotron_assets.sft.samples import find_literal, render_sample, tokenize_sample
-from nemotron_assets.sft.templates import CHATML, JinjaChatTemplate
+from nemotron_assets.chat.samples import find_literal, render_sample, tokenize_sample
+from nemotron_assets.chat.templates import CHATML, JinjaChatTemplate
 from nemotron_assets_tests.sft.render_reference import (
     TOOLS,
     as_list,

@@ -11,10 +11,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.sft.chat_format import ChatFormatSpec, default_tokenizer_model, load_chat_format
-from nemotron_assets.sft.pool import samples_in_processes
-from nemotron_assets.sft.samples import (
+from nemotron_assets.chat.chat_format import ChatFormatSpec, default_tokenizer_model, load_chat_format
+from nemotron_assets.chat.samples import (
     ENDS_ON_USER_TURN,
     INVALID_UNICODE,
     NO_TRAINED_TOKENS,
@@ -25,7 +23,9 @@ from nemotron_assets.sft.samples import (
     samples_for_conversation,
     samples_for_conversations,
 )
-from nemotron_assets.sft.templates import JinjaChatTemplate, load_template
+from nemotron_assets.chat.templates import JinjaChatTemplate, load_template
+from nemotron_assets.defs.sft.render_pool import samples_in_processes
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.sft.render_reference import (
     FIXTURES,
     as_list,

@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.errors import InputError
-from nemotron_assets.layout import ShardKey, sft_samples_prefix
-from nemotron_assets.sft.chat_format import ChatFormatSpec
-from nemotron_assets.sft.steps.pack_step import read_samples
-from nemotron_assets.sft.steps.samples_step import BATCH_ROWS, build_samples_file
-from nemotron_assets.storage import Storage
+from nemotron_assets.chat.chat_format import ChatFormatSpec
+from nemotron_assets.core.layout import ShardKey, sft_samples_prefix
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.sft.pack_step import read_samples
+from nemotron_assets.defs.sft.samples_step import BATCH_ROWS, build_samples_file
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets_tests.sft.test_samples import small_tokenizer
 
 
@@ -114,10 +114,10 @@ def test_the_packer_names_a_samples_file_row_holding_an_impossible_mask_value(sp
 FORKING_RUN = """
 import json, sys
 from pathlib import Path
-import nemotron_assets.sft.pool as pool
-from nemotron_assets.sft import tokenizers
-from nemotron_assets.sft.chat_format import ChatFormatSpec
-from nemotron_assets.sft.steps.samples_step import build_samples_file
+import nemotron_assets.defs.sft.render_pool as pool
+from nemotron_assets.chat import tokenizers
+from nemotron_assets.chat.chat_format import ChatFormatSpec
+from nemotron_assets.defs.sft.samples_step import build_samples_file
 
 decided = []
 choose = pool._fork_after_preload

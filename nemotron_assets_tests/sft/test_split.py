@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nemotron_assets.sft.split import (
+from nemotron_assets.formats.splits import (
     Holdout,
     assign_split,
     first_user_text,
@@ -110,7 +110,7 @@ def test_splits_are_the_same_in_another_process_with_another_hash_seed():
     keys = [f"prompt {i} ✓" for i in range(300)]
     holdout = Holdout(valid=0.2, test=0.2, seed=42)
     here = [holdout_split(k, holdout) for k in keys]
-    script = ("import json, sys; from nemotron_assets.sft.split import Holdout, holdout_split; "
+    script = ("import json, sys; from nemotron_assets.formats.splits import Holdout, holdout_split; "
               "keys = json.load(sys.stdin); h = Holdout(valid=0.2, test=0.2, seed=42); "
               "print(json.dumps([holdout_split(k, h) for k in keys]))")
     for hash_seed in ("1", "12345"):

@@ -15,15 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.sft.packing import (
-    PackSample,
-    PackSettings,
-    PackStats,
-    compare_samples,
-    pack_samples,
-    planned_digest,
-)
-from nemotron_assets.sft.writers import (
+from nemotron_assets.formats.packed_sft import (
     BRIDGE_SHARD_GLOB,
     SplitSummary,
     bridge_packing_metadata,
@@ -35,6 +27,14 @@ from nemotron_assets.sft.writers import (
     stored_samples,
     write_packed_npy,
     write_packed_shard,
+)
+from nemotron_assets.formats.packing import (
+    PackSample,
+    PackSettings,
+    PackStats,
+    compare_samples,
+    pack_samples,
+    planned_digest,
 )
 
 
@@ -341,6 +341,6 @@ def test_iter_packed_bins_refuses_a_file_that_is_not_a_packed_shard(tmp_path):
 
 
 def test_the_packing_modules_never_import_dagster():
-    code = ("import sys, nemotron_assets.sft.packing, nemotron_assets.sft.writers, nemotron_assets.sft.split, "
-            "nemotron_assets.formats.transforms; print('dagster' in sys.modules)")
+    code = ("import sys, nemotron_assets.formats.packing, nemotron_assets.formats.packed_sft, "
+            "nemotron_assets.formats.splits, nemotron_assets.formats.transforms; print('dagster' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

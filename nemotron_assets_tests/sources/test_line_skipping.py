@@ -11,8 +11,8 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.errors import InputError
 from nemotron_assets.sources import readers
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.readers import ReadOptions, ReadStats, iter_lines, iter_text_batches
 

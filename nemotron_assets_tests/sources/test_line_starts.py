@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from nemotron_assets.blend import Blend, DatasetEntry
-from nemotron_assets.records import SourceManifest
+from nemotron_assets.core.blend import Blend, DatasetEntry
+from nemotron_assets.core.records import SourceManifest
 from nemotron_assets.sources import readers
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.manifest import build_manifest

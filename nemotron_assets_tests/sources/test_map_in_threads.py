@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.errors import InputError
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile
 from nemotron_assets.sources.prefetch import map_in_threads
 from nemotron_assets.sources.readers import ReadOptions, count_rows_and_hash

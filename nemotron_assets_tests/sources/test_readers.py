@@ -16,9 +16,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.blend import Blend, DatasetEntry
-from nemotron_assets.errors import InputError
+from nemotron_assets.core.blend import Blend, DatasetEntry
 from nemotron_assets.sources.discovery import resolve_files
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile, detect_format
 from nemotron_assets.sources.manifest import build_manifest, iter_shard_texts, read_options
 from nemotron_assets.sources.readers import (
@@ -331,8 +331,9 @@ def test_parquet_string_column_variants_are_text(tmp_path, array):
 @pytest.mark.parametrize(
     ("name", "raw"),
     [("corrupt.jsonl.gz", b"this is not gzip at all\n"),
-     ("truncated.jsonl.gz", gzip.compress(b'{"text": "a"}\n' * 1000)[:40]),
+     ("truncated.jsonl.gz", gzip.compress(b'{"text": "a"}\n' * 1000, mtime=0)[:40]),
      ("corrupt.jsonl.zst", b"this is not zstd either\n")],
+    ids=["corrupt_gzip", "truncated_gzip", "corrupt_zstd"],
 )
 def test_corrupt_compressed_file_raises_naming_the_file(tmp_path, name, raw):
     path = tmp_path / name

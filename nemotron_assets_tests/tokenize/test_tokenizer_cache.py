@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from nemotron_assets.errors import InputError
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize import documents
 from nemotron_assets.tokenize.documents import DocumentOptions, cached_tokenizer
 

@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, processors
 from transformers import AutoTokenizer
 
-from nemotron_assets.blend import Blend, DatasetEntry
-from nemotron_assets.errors import InputError
+from nemotron_assets.core.blend import Blend, DatasetEntry
+from nemotron_assets.core.layout import ShardKey, shard_prefix
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.pretrain.build import BackendMismatch, build_shard
+from nemotron_assets.defs.pretrain.shard_step import materialize_shard
 from nemotron_assets.formats.megatron import DType, dtype_for_vocab
-from nemotron_assets.layout import ShardKey, shard_prefix
-from nemotron_assets.pretrain.build import BackendMismatch, build_shard
-from nemotron_assets.pretrain.shard_step import materialize_shard
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.manifest import build_manifest
-from nemotron_assets.storage import Storage
 from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, assemble_documents, load_tokenizer
 from nemotron_assets.tokenize.encoders import FastokensEncoder, HFEncoder, choose_encoder
 from nemotron_assets.tokenize.loading import locate_tokenizer

@@ -1,0 +1,150 @@
+"""The cluster deployment (``NEMOTRON_DEPLOYMENT=cluster``): runs recorded in PostgreSQL and launched as Ray jobs.
+
+The instance is ``deployments/cluster/dagster.yaml`` (when ``DAGSTER_HOME`` is unset): Postgres storage from
+``NEMOTRON_POSTGRES_URL`` and dagster-ray's ``RayRunLauncher`` at ``NEMOTRON_RAY_ADDRESS``. Instead of executing
+a run in-process, the CLI creates it in the instance with the code location's origin (the same
+``nemotron_assets.definitions`` location ``workspace.yaml`` loads, so the UI shows and re-executes it), hands it
+to the instance's run launcher, and polls the run storage until every run has finished, asking the launcher
+about the health of its worker (the Ray job) so a run whose worker died is failed instead of waited on forever.
+"""
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import dagster as dg
+
+# Private imports, because Dagster 1.13 has no public API for them: creating a run for an existing code location
+# and handing it to the instance's launcher (what the webserver does) needs the run's origins, the launcher's worker
+# health and the partition-range tag names.
+from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.launcher.base import WorkerStatus
+from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
+from dagster._core.remote_origin import (
+    ManagedGrpcPythonEnvCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+from nemotron_assets.core import settings
+from nemotron_assets.core.instance import LAUNCHED_BY_TAG
+from nemotron_assets.core.runs import DEFINITIONS_MODULE, RunOutcome, first_error
+
+HEALTH_CHECK_SECONDS = 10.0
+
+
+def pin_data_root() -> None:
+    """Run workers start in the Ray job's working folder, possibly on another machine: a relative (or defaulted)
+    local ``NEMOTRON_DATA_ROOT`` is made absolute here so the launcher hands every run the same root."""
+    os.environ["NEMOTRON_DATA_ROOT"] = settings.data_root()
+
+
+def remote_job_origin(origin: RepositoryPythonOrigin, job_name: str) -> RemoteJobOrigin:
+    """The origin the webserver gives this job when it loads ``workspace.yaml`` (``python_module:
+    nemotron_assets.definitions``, location named after the module), so launched runs belong to that location."""
+    target = LoadableTargetOrigin(executable_path=origin.executable_path, module_name=DEFINITIONS_MODULE,
+                                  working_directory=origin.code_pointer.working_directory)
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(target)
+    return RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job_name)
+
+
+def launch_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition, instance: dg.DagsterInstance,
+                  asset_keys: Sequence[dg.AssetKey], partitions: Sequence[str] | None, run_config: dict,
+                  tags: dict | None = None) -> str:
+    """Create one run materializing ``asset_keys`` for a contiguous partition range (or unpartitioned) and hand it
+    to the instance's run launcher; returns the run id without waiting."""
+    job_def = repo.get_implicit_job_def_for_assets(list(asset_keys))
+    if job_def is None:
+        raise ValueError(f"assets {asset_keys} cannot run together (different partitions)")
+    run_tags = {LAUNCHED_BY_TAG: "cli", **(tags or {})}
+    if partitions:
+        run_tags[ASSET_PARTITION_RANGE_START_TAG] = partitions[0]
+        run_tags[ASSET_PARTITION_RANGE_END_TAG] = partitions[-1]
+    run = instance.create_run_for_job(
+        job_def=job_def, run_config=run_config, tags=run_tags, asset_selection=frozenset(asset_keys),
+        job_code_origin=JobPythonOrigin(job_def.name, repository_origin=origin),
+        remote_job_origin=remote_job_origin(origin, job_def.name),
+    )
+    # Straight to the launcher: the queued coordinator of the cluster instance is drained by `dagster-daemon run`,
+    # which this command does not need. Ray queues the jobs until a node has a free CPU.
+    instance.launch_run(run.run_id, workspace=None)
+    return run.run_id
+
+
+def wait_for_runs(instance: dg.DagsterInstance, launched: dict[str, tuple[str, ...]],
+                  on_finished: Callable[[RunOutcome], None] | None = None, poll_seconds: float = 1.0,
+                  timeout: float | None = None) -> list[RunOutcome]:
+    """Poll until every run of ``launched`` (run id -> partitions) has finished; returns the outcomes in launch
+    order and calls ``on_finished`` as each one ends. A run whose worker the launcher reports failed or gone is
+    marked failed; Ctrl-C (or ``timeout``) asks the launcher to stop the runs still going."""
+    started = time.monotonic()
+    outcomes: dict[str, RunOutcome] = {}
+    last_check = started
+    try:
+        while len(outcomes) < len(launched):
+            check_health = time.monotonic() - last_check >= HEALTH_CHECK_SECONDS
+            if check_health:
+                last_check = time.monotonic()
+            for run_id, partitions in launched.items():
+                if run_id in outcomes:
+                    continue
+                run = instance.get_run_by_id(run_id)
+                if run is not None and not run.is_finished and check_health:
+                    run = _fail_if_worker_lost(instance, run)
+                if run is None or not run.is_finished:
+                    continue
+                success = run.status == dg.DagsterRunStatus.SUCCESS
+                outcome = RunOutcome(run_id, success, partitions, "" if success else _run_error(instance, run_id),
+                                     _run_seconds(instance, run_id, started))
+                outcomes[run_id] = outcome
+                if on_finished:
+                    on_finished(outcome)
+            if len(outcomes) < len(launched):
+                if timeout is not None and time.monotonic() - started > timeout:
+                    raise TimeoutError(f"{len(launched) - len(outcomes)} run(s) still going after {timeout:.0f} s")
+                time.sleep(poll_seconds)
+    except (KeyboardInterrupt, TimeoutError) as exc:
+        going = [run_id for run_id in launched if run_id not in outcomes]
+        print(f"{type(exc).__name__}: stopping {len(going)} run(s) still going", file=sys.stderr)
+        for run_id in going:
+            instance.run_launcher.terminate(run_id)
+        raise
+    return [outcomes[run_id] for run_id in launched]
+
+
+def _fail_if_worker_lost(instance: dg.DagsterInstance, run):
+    launcher = instance.run_launcher
+    running = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
+    if not launcher.supports_check_run_worker_health or run.status not in running:
+        return run
+    health = launcher.check_run_worker_health(run)
+    if health.status not in (WorkerStatus.FAILED, WorkerStatus.SUCCESS, WorkerStatus.NOT_FOUND):
+        return run
+    run = instance.get_run_by_id(run.run_id)  # the worker may have finished the run since the last poll
+    if run is None or run.is_finished:
+        return run
+    message = f"the run worker ended without finishing the run ({health.status.value}): {health.msg or ''}".strip()
+    instance.report_run_failed(run, message)
+    return instance.get_run_by_id(run.run_id)
+
+
+def _run_error(instance: dg.DagsterInstance, run_id: str) -> str:
+    kinds = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.ENGINE_EVENT}
+    records = instance.all_logs(run_id, of_type=kinds)
+    events = [r.dagster_event for r in records if r.dagster_event is not None]
+    error = first_error(e for e in events if e.event_type != dg.DagsterEventType.ENGINE_EVENT)
+    if not error.startswith("the run failed"):
+        return error
+    engine_errors = [e.message for e in events if e.event_type == dg.DagsterEventType.ENGINE_EVENT
+                     and e.engine_event_data and e.engine_event_data.error]
+    return engine_errors[-1] if engine_errors and engine_errors[-1] else error
+
+
+def _run_seconds(instance: dg.DagsterInstance, run_id: str, fallback_start: float) -> float:
+    record = instance.get_run_record_by_id(run_id)
+    if record is not None and record.start_time and record.end_time:
+        return record.end_time - record.start_time
+    return time.monotonic() - fallback_start

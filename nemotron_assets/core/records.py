@@ -1,0 +1,304 @@
+"""The records that describe outputs: manifests (what is planned) and receipts (what was built), and the one
+definition of "up to date".
+
+**Manifests.** A dataset's ``<base>/sources/<dataset>/manifest.json`` lists the exact files read (url, size,
+format, compression, rows, content hash or ETag) and the shard plan (row ranges of those files per shard).
+``SourceManifest.shard_fingerprint`` is the identity of one shard's input.
+
+**Receipts.** Every step that publishes files (a tokenized shard, a Harmony shard, ...) writes a *receipt* next to
+them, last, after deleting the old one first: a shard without a readable receipt is not done. The receipt says
+
+- ``inputs``: everything that determines the bytes of the files: the source rows and file versions, the
+  tokenizer file's hash, every processing setting and the code's format version. Its sha256 is
+  ``inputs_sha256``.
+- ``files``: each published file's size and sha256, as written, named by its suffix (``.bin``) or by its path
+  relative to the receipt's folder (``train/shard_00000.jsonl``; ``output_path``).
+- ``committed``: each file's storage stamp right after the commit (modification time on local disk, ETag on S3),
+  so a file changed afterwards is noticed without reading it. This is the only part of a receipt that differs
+  between two builds of the same inputs.
+- ``stats``: counts for status, metadata and checks.
+
+``freshness`` compares a receipt with the inputs a build would use *now* and with the files in storage. It is
+the single definition every consumer uses: ``materialize`` skips only ``DONE`` outputs, ``status`` shows the
+state, ``verify`` and the listing assets (``megatron_blend``, ...) refuse anything else, naming the reason::
+
+    DONE     the receipt matches the current inputs and every file is as committed
+    STALE    built, but from other inputs (a setting, the tokenizer, the source changed), or a file
+             changed after it was committed (its stamp moved and its sha256 no longer matches)
+    MISSING  never built, or only partly (no readable receipt, or a file is gone)
+"""
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from nemotron_assets.core.layout import manifest_path
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.sources.files import SourceFile
+from nemotron_assets.sources.plan import FileRange, ShardPlan
+
+RECEIPT_VERSION = 2
+MANIFEST_VERSION = 1
+
+
+class NotReady(Exception):
+    """An output this step needs is missing or stale: a retry cannot help, building it can. The message names the
+    outputs, why, and what to materialize."""
+
+
+@dataclass(frozen=True)
+class SourceManifest:
+    blend: str
+    dataset: str
+    split: str
+    path: str
+    revision: str | None
+    text_field: str
+    files: list[SourceFile]
+    shards: list[ShardPlan]
+    max_rows: int | None = None
+    skipped_empty_files: list[str] = field(default_factory=list)
+
+    @property
+    def total_rows(self) -> int:
+        """Rows the plan covers (after any max_rows limit)."""
+        return sum(s.rows for s in self.shards)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> dict:
+        return {
+            "version": MANIFEST_VERSION, "blend": self.blend, "dataset": self.dataset, "split": self.split,
+            "path": self.path, "revision": self.revision, "text_field": self.text_field,
+            "max_rows": self.max_rows, "total_rows": self.total_rows, "total_bytes": self.total_bytes,
+            "files": [f.as_dict() for f in self.files],
+            "skipped_empty_files": self.skipped_empty_files,
+            "shards": [{"index": s.index, "rows": s.rows,
+                        "ranges": [[r.file_index, r.row_start, r.row_end] for r in s.ranges]}
+                       for s in self.shards],
+        }
+
+    @staticmethod
+    def from_json(data: dict) -> "SourceManifest":
+        if data.get("version") != MANIFEST_VERSION:
+            raise ValueError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION}")
+        return SourceManifest(
+            blend=data["blend"], dataset=data["dataset"], split=data["split"], path=data["path"],
+            revision=data["revision"], text_field=data["text_field"], max_rows=data["max_rows"],
+            files=[SourceFile(**f) for f in data["files"]],
+            skipped_empty_files=list(data.get("skipped_empty_files", [])),
+            shards=[ShardPlan(s["index"], tuple(FileRange(*r) for r in s["ranges"])) for s in data["shards"]],
+        )
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), indent=1, sort_keys=True).encode()
+
+    def shard_fingerprint(self, index: int) -> str:
+        """Identity of a shard's input: its row ranges and the exact file versions they come from."""
+        shard = self.shards[index]
+        pieces = [[self.files[r.file_index].url, self.files[r.file_index].fingerprint, r.row_start, r.row_end]
+                  for r in shard.ranges]
+        payload = json.dumps({"ranges": pieces, "text_field": self.text_field}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def read_manifest(store: Storage, base: str, dataset: str) -> SourceManifest:
+    """A dataset's manifest under ``base``; ``FileNotFoundError``/``ValueError`` say what is wrong."""
+    path = manifest_path(base, dataset)
+    if not store.exists(path):
+        raise FileNotFoundError(store.url(path))
+    try:
+        return SourceManifest.from_json(json.loads(store.read_bytes(path)))
+    except (KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError already
+        raise ValueError(f"not a readable manifest: {exc}") from None
+
+
+def require_manifest(store: Storage, blend: str, base: str, dataset: str) -> SourceManifest:
+    """The dataset's manifest, for a step that needs it: a missing one is ``NotReady`` (a retry cannot make it),
+    naming what to materialize."""
+    try:
+        return read_manifest(store, base, dataset)
+    except FileNotFoundError as exc:
+        raise NotReady(f"{exc} does not exist: materialize {blend}/source_split partition {dataset!r} first") from None
+
+
+def write_manifest(store: Storage, base: str, manifest: SourceManifest) -> str:
+    """Commit the manifest under ``base``; returns its relative path."""
+    relative = manifest_path(base, manifest.dataset)
+    store.write_bytes(relative, manifest.to_bytes())
+    return relative
+
+
+# --- receipts ---------------------------------------------------------------------------------------------
+
+
+class State(StrEnum):
+    DONE = "done"
+    STALE = "stale"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    kind: str  # what was built: "pretrain_shard", "harmony_shard", ...
+    key: str  # its partition key
+    inputs: dict  # everything that determines the files' bytes
+    files: dict[str, dict]  # suffix (".bin") -> {"bytes": n, "sha256": hex}
+    stats: dict
+    committed: dict[str, str] = field(default_factory=dict)  # suffix -> storage stamp after commit
+    extra: dict = field(default_factory=dict)  # informative fields (ranges read, tokenizer spec, ...)
+
+    @property
+    def inputs_sha256(self) -> str:
+        return inputs_sha256(self.inputs)
+
+    def to_bytes(self) -> bytes:
+        body = {"receipt_version": RECEIPT_VERSION, "kind": self.kind, "key": self.key, "inputs": self.inputs,
+                "inputs_sha256": self.inputs_sha256, "files": self.files, "committed": self.committed,
+                "stats": self.stats, **self.extra}
+        return json.dumps(body, indent=1, sort_keys=True).encode()
+
+    @staticmethod
+    def from_bytes(data: bytes) -> "Receipt":
+        """Parse a receipt; ValueError if it is not one of this version (an old receipt means: rebuild)."""
+        body = json.loads(data)
+        if not isinstance(body, dict) or body.get("receipt_version") != RECEIPT_VERSION:
+            raise ValueError(f"not a version-{RECEIPT_VERSION} receipt")
+        known = {"receipt_version", "kind", "key", "inputs", "inputs_sha256", "files", "committed", "stats"}
+        try:
+            return Receipt(kind=body["kind"], key=body["key"], inputs=body["inputs"], files=body["files"],
+                           stats=body["stats"], committed=body.get("committed", {}),
+                           extra={k: v for k, v in body.items() if k not in known})
+        except KeyError as exc:
+            raise ValueError(f"receipt lacks {exc}") from None
+
+
+@dataclass(frozen=True)
+class Freshness:
+    state: State
+    reason: str = ""  # why the output is not done; "" when it is
+    receipt: Receipt | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state is State.DONE
+
+
+def inputs_sha256(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def receipt_path(prefix: str) -> str:
+    """The receipt of the outputs at ``prefix`` (``.../shard_00000`` -> ``.../shard_00000.json``)."""
+    return f"{prefix}.json"
+
+
+def output_path(prefix: str, name: str) -> str:
+    """Where the file a receipt lists under ``name`` lives: a suffix (``.bin``) follows the prefix
+    (``.../shard_00000.bin``); a path (``train/shard_00000.jsonl``, for outputs spread over folders such as the JSONL
+    splits) is relative to the receipt's folder."""
+    return prefix + name if name.startswith(".") else f"{prefix.rsplit('/', 1)[0]}/{name}"
+
+
+def read_receipt(store: Storage, prefix: str) -> Receipt | None:
+    """The receipt at ``prefix``, or None if there is none or it is unreadable (either way: not done)."""
+    path = receipt_path(prefix)
+    if not store.exists(path):
+        return None
+    try:
+        return Receipt.from_bytes(store.read_bytes(path))
+    except (ValueError, UnicodeDecodeError, TypeError):
+        return None
+
+
+def write_receipt(store: Storage, prefix: str, receipt: Receipt) -> Receipt:
+    """Record the committed files' stamps and write the receipt: the last act of every build step."""
+    stamps = {suffix: store.stamp(output_path(prefix, suffix)) for suffix in receipt.files}
+    final = Receipt(receipt.kind, receipt.key, receipt.inputs, receipt.files, receipt.stats, stamps, receipt.extra)
+    store.write_bytes(receipt_path(prefix), final.to_bytes())
+    return final
+
+
+def freshness_when_ready(store: Storage, prefix: str, inputs_of: Callable[[], dict], *, read_content: bool = False,
+                         not_ready: tuple[type[Exception], ...] = (NotReady,)) -> Freshness:
+    """`freshness` of an output whose expected inputs come from upstream outputs (``inputs_of``). When those cannot
+    be judged yet (``inputs_of`` raises one of ``not_ready``: an upstream output missing or stale), the output is
+    stale if it was ever built, else missing: it cannot be up to date before its inputs are."""
+    try:
+        inputs = inputs_of()
+    except not_ready as exc:
+        receipt = read_receipt(store, prefix)
+        if receipt is None:
+            return Freshness(State.MISSING, "it has no receipt")
+        return Freshness(State.STALE, f"its inputs are not up to date: {exc}", receipt)
+    return freshness(store, prefix, inputs, read_content=read_content)
+
+
+def freshness(store: Storage, prefix: str, expected_inputs: dict, *, read_content: bool = False) -> Freshness:
+    """Whether the outputs at ``prefix`` are up to date for ``expected_inputs``.
+
+    A file whose stamp moved since the commit is hashed: same bytes (e.g. copied back) still count as done.
+    ``read_content`` hashes every file whatever its stamp (``verify`` does; ``materialize`` does not).
+    """
+    receipt = read_receipt(store, prefix)
+    if receipt is None:
+        exists = store.exists(receipt_path(prefix))
+        return Freshness(State.MISSING, "its receipt is not readable" if exists else "it has no receipt")
+    for suffix, recorded in receipt.files.items():
+        relative = output_path(prefix, suffix)
+        if not store.exists(relative):
+            return Freshness(State.MISSING, f"its {suffix} file is missing", receipt)
+        if store.size(relative) != recorded["bytes"]:
+            return Freshness(State.STALE, f"its {suffix} file changed after it was built (size "
+                                          f"{store.size(relative):,}, the receipt says {recorded['bytes']:,})", receipt)
+        if read_content or store.stamp(relative) != receipt.committed.get(suffix):
+            actual = store.sha256(relative)
+            if actual != recorded["sha256"]:
+                return Freshness(State.STALE, f"its {suffix} file changed after it was built (sha256 {actual[:12]}…, "
+                                              f"the receipt says {recorded['sha256'][:12]}…)", receipt)
+    if receipt.inputs != expected_inputs:
+        return Freshness(State.STALE, "built with " + describe_changes(receipt.inputs, expected_inputs), receipt)
+    return Freshness(State.DONE, "", receipt)
+
+
+def rebuild_reason(current: Freshness, force: bool) -> str | None:
+    """None when the outputs are up to date and not forced (skip them); else why they are built again ("" for
+    outputs that were never built, so there is nothing to explain)."""
+    if current.done:
+        return "forced" if force else None
+    return current.reason if current.receipt is not None else ""
+
+
+def describe_changes(built: dict, now: dict) -> str:
+    """``add_eos=true, now false; tokenizer.sha256=3f2a…, now 9b1c…``: the inputs that differ, flattened."""
+    old, new = _flatten(built), _flatten(now)
+    changes = []
+    for name in sorted(old.keys() | new.keys()):
+        if old.get(name, _ABSENT) != new.get(name, _ABSENT):
+            changes.append(f"{name}={_show(old.get(name, _ABSENT))}, now {_show(new.get(name, _ABSENT))}")
+    return "; ".join(changes) if changes else "other inputs"
+
+
+_ABSENT = object()
+
+
+def _flatten(value: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, dict):
+            flat.update(_flatten(item, f"{name}."))
+        else:
+            flat[name] = item
+    return flat
+
+
+def _show(value: object) -> str:
+    if value is _ABSENT:
+        return "(not set)"
+    text = json.dumps(value)
+    return text[:13] + "…" if len(text) > 16 and isinstance(value, str) else text

@@ -1,0 +1,117 @@
+"""Candidate pools: named polars predicates over normalized, deduplicated Harmony rows.
+
+Every pool starts from the base filter and adds its own condition. The base filter keeps rows that are valid
+Harmony, have a non-empty completion and a valid tool schema, are not duplicates and -- unless
+``include_placeholder_prompts`` -- do not answer a placeholder prompt (``quality_placeholder_prompt``: an empty,
+whitespace or ``"-"`` user turn, e.g. the redacted prompts of the code sets). Pools overlap by design: a row can be
+in several. `PoolThresholds` is the one definition of the thresholds; the predicates are plain polars
+expressions so a scan can push them down into the Parquet reader. A null in a column a condition reads (no
+correctness, no reasoning switch) keeps the row out of that pool.
+
+A pool is written by polars' streaming engine (`write_pool`): the shards are read a row group at a time (a
+normalized shard's row groups hold one read batch, a few MB), the predicate is pushed into the reader, and the
+sink writes row groups of about `ROW_GROUP_BYTES`, so memory stays bounded whatever the number of rows. The sink
+counts row groups in rows, not bytes (polars' default is tens of thousands of rows, hundreds of MB of
+conversations), so `row_group_rows` turns the byte target into rows from the pool's mean row length.
+"""
+
+import json
+from dataclasses import asdict, dataclass
+
+import polars as pl
+
+from nemotron_assets.core.blend import Blend
+from nemotron_assets.core.layout import pool_dir, pool_part_number, pool_path
+from nemotron_assets.core.pool_names import POOL_NAMES
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.dedup import deduplicated_rows
+
+#: Target bytes of one row group of a pool file (in memory while the sink fills it).
+ROW_GROUP_BYTES = 32 << 20
+#: A row stores its conversation about twice (``text`` and ``messages``, each ~``stats_char_len``) plus its tool
+#: declarations and metadata, estimated as this many bytes.
+ROW_OVERHEAD_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class PoolThresholds:
+    high_correctness: float = 0.875  # correctness >= this is "high"
+    low_correctness: float = 0.25  # correctness <= this is "low"
+    long_context_tokens: int = 8192  # approx. tokens (chars / 4) >= this is "long context"
+    include_placeholder_prompts: bool = False  # True: rows answering a placeholder prompt may enter the pools
+
+
+def base_filter(thresholds: PoolThresholds = PoolThresholds()) -> pl.Expr:
+    """What every pool requires (see the module docstring)."""
+    base = (pl.col("quality_valid_harmony") & pl.col("quality_completion_nonempty")
+            & pl.col("quality_valid_tool_schema") & ~pl.col("quality_is_duplicate"))
+    return base if thresholds.include_placeholder_prompts else base & ~pl.col("quality_placeholder_prompt")
+
+
+def pool_predicate(name: str, thresholds: PoolThresholds = PoolThresholds()) -> pl.Expr:
+    """The full filter of pool ``name``: the base filter and the pool's own condition."""
+    c = pl.col("meta_correctness")
+    conditions = {
+        "high_correctness": c >= thresholds.high_correctness,
+        "mid_correctness": (c > thresholds.low_correctness) & (c < thresholds.high_correctness),
+        "low_correctness": c <= thresholds.low_correctness,
+        "has_correctness_meta": c.is_not_null(),
+        "missing_correctness_meta": c.is_null(),
+        "math_high_verified_correct": (pl.col("meta_domain") == "math") & (c >= thresholds.high_correctness)
+        & (pl.col("meta_correct_count").fill_null(0) >= 1),
+        "tool_use": pl.col("quality_has_tool"),
+        "proof": pl.col("meta_domain") == "math_proof",
+        "reasoning_on": pl.col("source_reasoning") == "on",
+        "reasoning_off": pl.col("source_reasoning") == "off",
+        "capability_chat": pl.col("source_capability_target") == "chat",
+        "capability_structured_outputs": pl.col("source_capability_target") == "structured_outputs",
+        "long_context": pl.col("stats_approx_tokens") >= thresholds.long_context_tokens,
+    }
+    if name not in conditions:
+        raise KeyError(f"unknown pool {name!r} (pools: {', '.join(POOL_NAMES)})")
+    return base_filter(thresholds) & conditions[name].fill_null(False)
+
+
+def blend_rows(store: Storage, blend: Blend, base: str) -> pl.LazyFrame:
+    """Every family dataset's normalized rows, duplicates removed, as one lazy frame in blend order."""
+    return pl.concat([deduplicated_rows(store, blend, base, e.name) for e in blend.entries() if e.family],
+                     how="vertical")
+
+
+def row_group_rows(selected: pl.LazyFrame) -> int:
+    """Rows per Parquet row group so that a group holds about `ROW_GROUP_BYTES` of the ``selected`` rows (a
+    streaming scan of one small column)."""
+    mean_chars = selected.select(pl.col("stats_char_len").mean()).collect(engine="streaming").item() or 0
+    return max(1, ROW_GROUP_BYTES // (2 * int(mean_chars) + ROW_OVERHEAD_BYTES))
+
+
+def write_pool(store: Storage, base: str, rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds) -> dict:
+    """Stream the rows of ``pool`` into its Parquet file and commit it with its manifest (rows per dataset and
+    the thresholds, which the pool check re-reads); returns the manifest."""
+    selected = rows.filter(pool_predicate(pool, thresholds))
+    with store.staging() as folder:
+        staged = folder / "part-00000.parquet"
+        selected.sink_parquet(staged, compression="zstd", row_group_size=row_group_rows(selected))
+        counts = (pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows"))
+                  .sort("dataset").collect())
+        manifest = {"pool": pool, "thresholds": asdict(thresholds),
+                    "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])), "rows": int(counts["rows"].sum())}
+        store.commit(staged, pool_path(base, pool))
+        store.write_bytes(f"{pool_dir(base, pool)}/manifest.json", json.dumps(manifest, indent=1, sort_keys=True)
+                          .encode())
+    return manifest
+
+
+def pool_part_numbers(store: Storage, base: str, pool: str) -> list[int]:
+    """The part numbers of a pool's Parquet files (``part-NNNNN.parquet``), in order. `write_pool` writes part 0;
+    everything that reads a pool reads every part it finds, so a pool written in several parts is read whole."""
+    numbers = (pool_part_number(name.rsplit("/", 1)[-1]) for name in store.list(pool_dir(base, pool)))
+    return sorted(n for n in numbers if n is not None)
+
+
+def rows_outside_predicate(store: Storage, base: str, pool: str) -> int:
+    """Rows of a committed pool that its own predicate (with the thresholds it was built with) rejects."""
+    manifest = json.loads(store.read_bytes(f"{pool_dir(base, pool)}/manifest.json"))
+    predicate = pool_predicate(pool, PoolThresholds(**manifest["thresholds"]))
+    return (pl.scan_parquet(store.url(pool_path(base, pool)), storage_options=store.polars_options())
+            .filter(~predicate).select(pl.len()).collect().item())

@@ -1,0 +1,137 @@
+"""``sft_samples``: one normalized Harmony shard -> its SFT samples (token ids, assistant mask, masked-role spans).
+
+Rows are read a batch at a time (``id``, ``messages``, ``tools``, the quality flags, the reasoning effort and the
+provenance columns of ``normalize/record.py``; never the Harmony ``text``), and a row is rendered only if it passes
+the row-level part of the pools' base filter (posttrain/pools.py): a non-empty completion, a valid tool schema, not
+answering a placeholder prompt, and valid Harmony when the template is ``harmony`` (a row that cannot be stored as
+Harmony text can still be rendered by another template). Rows filtered out are counted by reason (``filtered``).
+Duplicates are left to the plan, which reads the dedup result: rendering does not depend on it.
+
+Each kept row is rendered, tokenized and masked by `samples.samples_for_conversations` (one sample for a
+conversation without reasoning, one per user turn with reasoning; drops counted by reason with first examples).
+For a large shard, a batch's whole work (filter, JSON decode, render, the batch's table) runs in worker processes
+(`batch_render.render_batch` through `pool.in_order`): this process only reads batches and writes the tables the
+workers send back, in order, so it never tokenizes and competes with them for a core only to read and write (when
+it can fork the workers, it parses the tokenizer files once for all of them first: pool.py). Harmony renders each
+row with its own reasoning effort (``meta_reasoning_effort``: the system message's ``Reasoning:`` line), as the row
+was normalized.
+
+Output ``<base>/sft/samples/<dataset>/shard_NNNNN.arrow`` (an Arrow IPC file, zstd, a record batch per batch:
+samples_file.py says why not Parquet), one row per sample (`samples_file.SCHEMA`): ``id``, ``dataset``, ``row`` (the
+row in the Harmony shard), ``sample`` (its index in the conversation), ``user_turn``, ``split_key``
+(`split.split_key`: the first user prompt), ``used_in``, ``license``, ``source_row`` (the row in the raw source
+file), ``length``, ``trained`` (tokens with mask 1), ``input_ids`` (list<int32>), ``assistant_mask`` (list<uint8>,
+unshifted) and ``masked_spans`` (list<int32>, flat ``[start, end)`` token ranges of system/developer/user/tool text,
+`masked_roles.py`). The receipt (inputs: `inputs.samples_inputs`) also records what the later steps need from the
+tokenizer without loading it: the EOS id (the pad id of ``pad_to_multiple``) and the template's end-of-turn ids
+(what a truncated sample ends with).
+"""
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nemotron_assets.chat.chat_format import ChatFormatSpec
+from nemotron_assets.core.blend import Blend
+from nemotron_assets.core.layout import ShardKey, harmony_shard_path, sft_samples_prefix
+from nemotron_assets.core.records import (
+    Receipt,
+    freshness,
+    rebuild_reason,
+    receipt_path,
+    require_manifest,
+    write_receipt,
+)
+from nemotron_assets.core.storage import Storage, locate_os_errors
+from nemotron_assets.defs.sft import samples_file
+from nemotron_assets.defs.sft.batch_render import READ_COLUMNS, SamplesStats, _with_tokenizer_facts, render_batch
+from nemotron_assets.defs.sft.inputs import chat_format_spec, chat_identity, samples_inputs
+from nemotron_assets.defs.sft.render_pool import in_order
+
+BATCH_ROWS = 512  # conversations rendered (and written as one record batch) at a time
+PARALLEL_BYTES = 32 << 20  # a Harmony shard this large renders on every core (workers take seconds to start)
+#: What samples files were before ``sft-samples/4`` (inputs.SAMPLES_FORMAT): Parquet. A rebuild deletes such a file,
+#: which nothing reads any more.
+LEGACY_SUFFIX = ".parquet"
+
+
+def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, workers: int = 1) -> SamplesStats:
+    """Render every kept row of one Harmony shard (``source``: a path or a binary file) into the samples file
+    ``out`` (local); ``url`` names the shard in errors and examples. This process reads batches and writes their
+    tables; `render_batch` does the rest, in `workers` processes."""
+    stats = SamplesStats()
+    with samples_file.writer(out) as writer:
+        for table, batch_stats in in_order(render_batch, _tasks(source, spec, url), spec, workers):
+            stats.add(batch_stats)
+            writer.write_table(table)
+    if not stats.tokenizer_backend:  # an empty shard: no batch told us the tokenizer's facts
+        stats.add(_with_tokenizer_facts(spec))
+    stats.bytes = out.stat().st_size
+    stats.sha256 = _sha256(out)
+    return stats
+
+
+def _tasks(source, spec: ChatFormatSpec, url: str) -> Iterator[tuple[pa.RecordBatch, int, ChatFormatSpec, str]]:
+    """`render_batch`'s arguments for each batch of the shard."""
+    first_row = 0
+    for batch in pq.ParquetFile(source).iter_batches(batch_size=BATCH_ROWS, columns=READ_COLUMNS):
+        yield batch, first_row, spec, url
+        first_row += batch.num_rows
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- the step ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SamplesOutcome:
+    key: ShardKey
+    status: str  # "built" or "up to date"
+    receipt: Receipt
+    seconds: float = 0.0
+    rebuilt_because: str = ""
+
+
+def materialize_samples(store: Storage, blend: Blend, base: str, key: ShardKey, force: bool = False,
+                        log: Callable[[str], None] = print, chat: dict | None = None,
+                        workers: int | None = None) -> SamplesOutcome:
+    """The samples of Harmony shard ``key`` under ``base``: skipped when up to date, else rendered and committed
+    (the receipt last). ``workers``: processes to render with (default: every core for a large shard)."""
+    started = time.monotonic()
+    manifest = require_manifest(store, blend.name, base, key.dataset)
+    chat = chat_identity(blend) if chat is None else chat
+    inputs = samples_inputs(store, blend, base, manifest, key.index, chat)
+    prefix = sft_samples_prefix(base, key)
+    because = rebuild_reason(freshness(store, prefix, inputs), force)
+    if because is None:
+        return SamplesOutcome(key, "up to date", freshness(store, prefix, inputs).receipt,
+                              time.monotonic() - started)
+    if because:
+        log(f"{key}: rebuilding: {because}")
+    harmony = harmony_shard_path(base, key)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if inputs["harmony_shard"]["bytes"] >= PARALLEL_BYTES else 1
+    with store.staging() as folder:
+        staged = folder / f"samples{samples_file.SUFFIX}"
+        with locate_os_errors(folder), store.open(harmony) as source:
+            stats = build_samples_file(source, store.url(harmony), chat_format_spec(blend), staged, workers)
+        receipt = Receipt(kind="sft_samples", key=str(key), inputs=inputs,
+                          files={samples_file.SUFFIX: {"bytes": stats.bytes, "sha256": stats.sha256}},
+                          stats=stats.as_dict(), extra={"blend": blend.name})
+        store.delete(receipt_path(prefix))
+        store.delete(f"{prefix}{LEGACY_SUFFIX}")
+        store.commit(staged, f"{prefix}{samples_file.SUFFIX}")
+        receipt = write_receipt(store, prefix, receipt)
+    return SamplesOutcome(key, "built", receipt, time.monotonic() - started, because)
