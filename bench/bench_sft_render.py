@@ -13,7 +13,8 @@ otherwise render fewer samples than the baseline (18 of the full corpus's conver
 fresh process, one after the other:
 
 1. ours, Llama-3 + a tagged Llama-3-style template (``nemotron_assets_tests/sft/fixtures/llama3_tagged.jinja``):
-   `pool.samples_in_processes` with ``--workers`` processes, batches of ``--batch`` conversations;
+   `samples_in_processes` (nemotron_assets_tests/sft/render_in_processes.py) with ``--workers`` processes,
+   batches of ``--batch`` conversations;
 2. transformers 5.23 ``apply_chat_template(..., tokenize=True, return_dict=True,
    return_assistant_tokens_mask=True)`` on the same samples (the same prefixes for split conversations), one
    process; only those calls are timed. For a split sample its mask is then restricted to the tokens after the
@@ -130,7 +131,7 @@ def cpu_seconds() -> float:
 
 def run_ours(args: argparse.Namespace, chat_template: str, tokenizer_model: str) -> dict:
     from nemotron_assets.chat.chat_format import ChatFormatSpec
-    from nemotron_assets.defs.sft.render_pool import samples_in_processes
+    from nemotron_assets_tests.sft.render_in_processes import samples_in_processes
 
     spec = ChatFormatSpec(chat_template, tokenizer_model)
     start, cpu = time.perf_counter(), cpu_seconds()

@@ -182,7 +182,7 @@ def test_harmony_schedule_requests_unbuilt_harmony_shards_then_skips(sample_blen
             for r in result.run_requests] == [(keys[0], keys[-1])]
     assert result.run_requests[0].asset_selection == [dg.AssetKey(["posttrain_sample", "harmony_shard"])]
 
-    pipeline.run(pipeline.harmony.harmony_shard, keys)
+    pipeline.run(pipeline.assets.harmony_shard, keys)
     with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
         result = repository.get_schedule_def(POSTTRAIN_SCHEDULE).evaluate_tick(context)
     assert result.skip_message.startswith(f"all {len(keys)} shard")
@@ -200,18 +200,20 @@ def test_post_training_automation_is_stopped_and_requests_what_follows_rebuilt_s
 
     pipeline = _harmony_pipeline(sample_blends, tmp_path / "data", instance)
     pipeline.all()
-    downstream = dg.AssetSelection.assets(*pipeline.harmony.rebuilt_when_inputs_change)
+    downstream = dg.AssetSelection.assets(*(pipeline.assets[name] for name in ("harmony_dedup", "candidate_pool",
+                                                                                "embedding_view", "behavior_report")))
     quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream)
     # Eager conditions look at what changed since the last evaluation: right after a full build, nothing.
     quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream,
                                               cursor=quiet.cursor)
     assert quiet.total_requested == 0
 
-    pipeline.run(pipeline.harmony.harmony_shard, [pipeline.shard_keys()[0]])  # one shard rebuilt
+    pipeline.run(pipeline.assets.harmony_shard, [pipeline.shard_keys()[0]])  # one shard rebuilt
     after = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream,
                                               cursor=quiet.cursor)
     dedup = dg.AssetKey(["posttrain_sample", "harmony_dedup"])
-    assert after.get_requested_partitions(dedup) == set(pipeline.harmony.family_partitions.get_partition_keys())
+    families = pipeline.assets.harmony_dedup.partitions_def.get_partition_keys()
+    assert after.get_requested_partitions(dedup) == set(families)
 
 
 def test_jsonl_schedule_requests_unbuilt_jsonl_shards_then_skips(sample_blends, tmp_path, instance):

@@ -52,12 +52,11 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
     assert "wiki/shard_00001: up to date" in again.stderr
 
 
-def test_shards_forked_from_the_build_host_are_the_bytes_built_in_the_step(cli_env, tmp_path):
-    """By default the command's build host measures the first dataset, loads the tokenizer and forks the shard
-    builds (pretrain/build_host.py); ``--build-processes 1`` has no host: the step measures, loads and builds. Same
-    manifests and shard files either way."""
-    files, manifests, logs = {}, {}, {}
-    for way, extra in (("host", []), ("step", ["--build-processes", "1"])):
+def test_a_runs_shards_built_in_forked_processes_are_the_bytes_built_in_one_process(cli_env, tmp_path):
+    """By default a shard run builds its shards at the same time, in processes forked from its step (core/step.py);
+    ``--build-processes 1`` builds them one after the other in the step. Same shard files either way."""
+    files, logs = {}, {}
+    for way, extra in (("forked", []), ("step", ["--build-processes", "1"])):
         env = dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / way))
         done = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split,pretrain_shard",
                      *extra], env)
@@ -65,13 +64,8 @@ def test_shards_forked_from_the_build_host_are_the_bytes_built_in_the_step(cli_e
         logs[way] = done.stderr
         shards = sorted((tmp_path / way / "sample" / "pretrain").rglob("shard_*.*"))
         files[way] = {str(p.relative_to(tmp_path / way)): p.read_bytes() for p in shards if p.suffix != ".json"}
-        manifests[way] = {str(p.relative_to(tmp_path / way)): json.loads(p.read_bytes())
-                          for p in (tmp_path / way / "sample" / "sources").rglob("manifest.json")}
-    assert files["host"] == files["step"] and len(files["host"]) >= 10
-    assert manifests["host"] == manifests["step"] and len(manifests["host"]) >= 2
-    assert logs["host"].count("measured by the build host") == 1  # the first dataset only
-    assert "loaded by the build host" in logs["host"] and "forked from the build host" in logs["host"]
-    assert "build host" not in logs["step"] and "forked from" not in logs["step"]
+    assert files["forked"] == files["step"] and len(files["forked"]) >= 10
+    assert "shard(s) in 2 processes" in logs["forked"] and "processes" not in logs["step"]
 
 
 def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
@@ -134,16 +128,25 @@ def test_the_done_line_counts_rows_skipped_with_on_error_skip(cli_env, tmp_path)
     assert "; 2 bad row(s) skipped; " in done.stderr.splitlines()[-1]
 
 
-def test_dagster_cli_partition_range_backfills_single_run_assets_and_refuses_multi_run_ones(cli_env, tmp_path):
-    done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
-                 "--select", "sample/source_split", "--partition-range", "wiki...reference_test"], cli_env)
+def test_dagster_cli_builds_a_datasets_shards_in_one_run_over_a_partition_range(cli_env, tmp_path):
+    """What the README documents for Dagster users: one command plans every dataset, one builds all of a dataset's
+    shards in one run (its step builds them in parallel), one writes the blend files; the bytes of our command."""
+    dagster = ["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions"]
+    done = _run([*dagster, "--select", "sample/source_split", "--partition-range", "wiki...reference_test"], cli_env)
     assert done.returncode == 0, done.stderr[-3000:]
     manifests = sorted(p.parent.name for p in (tmp_path / "data" / "sample" / "sources").glob("*/manifest.json"))
     assert manifests == ["code", "reference", "reference_test", "wiki", "wiki_valid"]  # one run, every dataset
-    refused = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
-                    "--select", "sample/pretrain_shard", "--partition-range", "wiki/shard_00000...code/shard_00000"],
-                   cli_env)
-    assert refused.returncode != 0 and "BackfillPolicy.single_run()" in refused.stderr
+    done = _run([*dagster, "--select", "sample/pretrain_shard", "--partition-range",
+                 "wiki/shard_00000...wiki/shard_00002"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "building 3 shard(s) in 2 processes" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "data" / "sample" / "pretrain" / "wiki").glob("*.bin")) == [
+        "shard_00000.bin", "shard_00001.bin", "shard_00002.bin"]
+    ours = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split,pretrain_shard",
+                 "--partition", "wiki"], dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / "ours")))
+    assert ours.returncode == 0, ours.stderr[-3000:]
+    for shard in (tmp_path / "ours" / "sample" / "pretrain" / "wiki").glob("shard_*.[bi][id]*"):
+        assert shard.read_bytes() == (tmp_path / "data" / "sample" / "pretrain" / "wiki" / shard.name).read_bytes()
 
 
 def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_env, tmp_path):
@@ -165,7 +168,8 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
     outputs = {(o["asset"], o["key"]): o["state"] for o in report["blends"][0]["outputs"]}
     assert outputs[("harmony_dedup", "text")] == "stale"
     assert all(state == "done" for (asset, key), state in outputs.items() if asset == "harmony_dedup" and key != "text")
-    assert all(state == "stale" for (asset, _), state in outputs.items() if asset != "harmony_dedup")
+    assert all(state == "stale" for (asset, _), state in outputs.items()
+               if asset in ("candidate_pool", "embedding_view", "behavior_report"))
     verify = _run(["-m", "nemotron_assets", "verify", "posttrain_sample"], env)
     assert verify.returncode == 1
     assert f"{tmp_path / 'data' / 'posttrain_sample' / 'harmony' / 'text' / 'shard_00000.parquet'}: stale: " \
@@ -205,7 +209,7 @@ def test_a_jsonl_sample_runs_source_split_then_jsonl_shard_then_jsonl_manifest(c
     assert manifest["root"] == str(jsonl)
     assert sum(d["rows_in"] for d in manifest["datasets"].values()) == 5 * 4  # the first 4 rows of each dataset
     assert all((jsonl / path).exists() for split in ("train", "valid", "test") for path in manifest[split])
-    from nemotron_assets.cli.status_report import collect_status
+    from nemotron_assets.cli.reports import collect_status
     from nemotron_assets.core.blend import load_blend
     from nemotron_assets.core.storage import Storage
 
@@ -221,7 +225,7 @@ def test_failed_asset_checks_are_listed_from_the_runs_event_log():
     """A failed check does not fail its Dagster run; the command lists every failed one (asset, partition, check,
     its first problem) from the event log of a real instance, and none that passed. The asset reports as every
     partitioned asset of the product does (reporting.py)."""
-    from nemotron_assets.cli import _failed_checks
+    from nemotron_assets.cli.materialize import failed_asset_checks
     from nemotron_assets.core.reporting import CheckOutcome, materialize_partitions, partitioned_asset
 
     partitions = dg.StaticPartitionsDefinition(["a", "b"])
@@ -238,5 +242,5 @@ def test_failed_asset_checks_are_listed_from_the_runs_event_log():
 
     with dg.instance_for_test() as instance:
         run_ids = [dg.materialize([numbers], instance=instance, partition_key=key).run_id for key in ("a", "b")]
-        assert _failed_checks(instance, run_ids) == ["numbers b even: row 3 is odd"]
-        assert _failed_checks(instance, run_ids[:1]) == []
+        assert failed_asset_checks(instance, run_ids) == ["numbers b even: row 3 is odd"]
+        assert failed_asset_checks(instance, run_ids[:1]) == []

@@ -26,7 +26,7 @@ def test_every_blend_becomes_a_prefixed_group_of_assets_with_checks_and_a_sample
                                                          "counts_match_metadata"}
     shard_node = graph.get(dg.AssetKey(["sample", "pretrain_shard"]))
     assert dg.AssetKey(["sample", "source_split"]) in shard_node.parent_keys
-    assert shard_node.backfill_policy == dg.BackfillPolicy.multi_run(16)
+    assert shard_node.backfill_policy == dg.BackfillPolicy.single_run()  # any range in one run: --partition-range
     sample_shards = graph.get(dg.AssetKey(["sample", "samples", "pretrain_shard"]))
     assert sample_shards.partitions_def.name == "sample__samples__pretrain_shards"
     assert dg.AssetKey(["sample", "samples", "source_split"]) in sample_shards.parent_keys

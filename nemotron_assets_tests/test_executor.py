@@ -1,8 +1,9 @@
-"""The code location's executor forks step processes from a fork server unless the run config says otherwise.
+"""The code location's executor runs a run's steps in the run's own process unless the run config says otherwise
+(a shard step builds its shards in parallel itself: a process per step would only add its start-up).
 
-Each case runs a real job on a real sqlite instance; the step reports its parent process, read from /proc: a
-fork server's command line names ``multiprocessing.forkserver``, a spawned step's parent is the run process
-(here the test process itself, since ``execute_job`` orchestrates in-process).
+Each case runs a real job on a real sqlite instance; the step reports its process and its parent, read from /proc: a
+spawned step's parent is the run process (here the test process itself, since ``execute_job`` orchestrates
+in-process).
 """
 
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from nemotron_assets.core.executor import executor
+from nemotron_assets.definitions import executor
 
 
 @dg.asset
@@ -37,20 +38,12 @@ def _step_metadata(tmp_path: Path, execution: dict | None) -> dict:
     return {key: value.value for key, value in materialization.metadata.items()}
 
 
-@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
-def test_steps_fork_from_a_fork_server_by_default(tmp_path):
+def test_steps_run_in_the_run_process_by_default(tmp_path):
     metadata = _step_metadata(tmp_path, None)
-    assert "multiprocessing.forkserver" in metadata["parent_command_line"]
-    assert metadata["step_pid"] != os.getpid()
+    assert metadata["step_pid"] == os.getpid()
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
-def test_run_config_can_choose_spawn(tmp_path):
+def test_run_config_can_choose_a_process_per_step(tmp_path):
     metadata = _step_metadata(tmp_path, {"multiprocess": {"start_method": {"spawn": {}}}})
-    assert "multiprocessing.forkserver" not in metadata["parent_command_line"]
-    assert metadata["parent_pid"] == os.getpid()
-
-
-def test_run_config_can_choose_in_process(tmp_path):
-    metadata = _step_metadata(tmp_path, {"in_process": {}})
-    assert metadata["step_pid"] == os.getpid()
+    assert metadata["step_pid"] != os.getpid() and metadata["parent_pid"] == os.getpid()

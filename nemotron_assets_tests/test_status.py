@@ -95,7 +95,8 @@ def test_status_counts_done_shards_tokens_and_rows_and_failed_runs(built, env, s
         assert dataset["tokens"] == sum(json.loads(p.read_text())["stats"]["tokens"] for p in shards) > 0
         assert dataset["rows"] == sum(json.loads(p.read_text())["stats"]["rows"] for p in shards) > 0
         assert dataset["outputs"] == str(built / dataset["dataset"])
-    assert reports["sample"]["blend_json_exists"]
+    outputs = {o["asset"]: o for o in reports["sample"]["outputs"]}
+    assert outputs["megatron_blend"]["state"] == "done"  # blend.json, by its receipt like every output
     broken_status = {d["dataset"]: d for d in reports["broken"]["datasets"]}
     assert broken_status["fine"]["done"] == 1 and not broken_status["fine"]["failed"]
     assert broken_status["bad"]["failed"] == ["bad/shard_00000"] and broken_status["bad"]["missing"] == []
@@ -285,7 +286,7 @@ def test_unknown_and_broken_blends_are_errors_naming_them(env, sample_blends, ca
     code, _, err = _run(capsys, "verify", "typo")
     assert code == 2 and "typo.yaml" in err and "wieght" in err
     code, out, _ = _run(capsys, "status")
-    assert code == 0 and "blend sample:" in out
+    assert code == 0 and "blend sample\n" in out
     assert "blend typo: cannot be checked:" in out and "wieght" in out
 
 

@@ -8,8 +8,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.cli.status_report import collect_status
-from nemotron_assets.cli.verify_report import collect_problems
+from nemotron_assets.cli.reports import collect_problems, collect_status
 from nemotron_assets.core.records import read_receipt, write_receipt
 from nemotron_assets.core.storage import Storage
 from nemotron_assets_tests.assets.test_harmony_assets import SAMPLE, Pipeline

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.defs.pretrain import shard_checks
+from nemotron_assets.defs.pretrain import checks as shard_checks
 from nemotron_assets.formats.megatron import DType
 
 

@@ -14,7 +14,7 @@ import time
 import dagster as dg
 
 SHOWN_EVENTS = {"STEP_FAILURE": "FAILED", "STEP_UP_FOR_RETRY": "retrying", "RUN_FAILURE": "run failed"}
-# Dagster warns that a partition-by-partition asset (assets/reporting.py) yielded no output: expected, not news.
+# Dagster warns that a partition-by-partition asset (core/reporting.py) yielded no output: expected, not news.
 EXPECTED_WARNINGS = ("did not yield or return expected outputs",)
 
 

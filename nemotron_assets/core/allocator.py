@@ -1,7 +1,8 @@
-"""Settings of glibc's ``malloc`` for a command that builds shards: few arenas, and large blocks kept for reuse.
+"""Memory settings of the processes that build: glibc's ``malloc`` (few arenas, large blocks kept for reuse), and
+Python's cycle collector paused while a step makes many objects and no cycles (`collector_paused`).
 
 Both are glibc's documented tunables (``man 3 mallopt``), set once by ``materialize`` before any thread starts;
-the processes it forks (the build host and its builds) inherit them. Without glibc (musl, macOS) nothing changes.
+the processes it forks (the builds of a run's shards) inherit them. Without glibc (musl, macOS) nothing changes.
 
 **Arenas.** A pretraining shard runs five threads that allocate (reader, two tokenizers, writer, the step), and
 glibc gives each its own arena that keeps up to ~64 MB of freed memory: on 1 GB of input the CLI's peak RSS varied
@@ -18,9 +19,12 @@ grow (bench/README.md, "Page faults"). An environment that sets either tunable i
 ``MALLOC_TRIM_THRESHOLD_``) is left as it is.
 """
 
+import contextlib
 import ctypes
+import gc
 import os
 import sys
+from collections.abc import Iterator
 
 ARENAS = 2
 MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value on 64-bit machines
@@ -52,3 +56,22 @@ def _mallopt():
         return None
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a block that makes many objects and no reference cycles: rows of
+    nested dicts and lists, a packed shard's samples, their arrays and bins, all freed by reference counting alone.
+
+    With the collector on, every 700 new objects start a pass that walks the young ones, and the survivors are
+    walked again by the older generations' passes (each full pass walks every object of the process, a Dagster
+    run's included): about a quarter of the CPU time of normalizing Agentic rows, and a third of the packing step's,
+    spent finding nothing (bench/README.md). A caller that may leave cycles collects the young generation itself
+    (``gc.collect(0)``) between batches."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -27,9 +27,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from nemotron_assets.core.pool_names import POOL_NAMES
-from nemotron_assets.core.scoring_settings import ScoringSettings
-from nemotron_assets.core.sft_settings import BUILTIN_TEMPLATES, HoldoutSettings, SftSettings
+from nemotron_assets.core.sections import BUILTIN_TEMPLATES, POOL_NAMES, HoldoutSettings, ScoringSettings, SftSettings
 from nemotron_assets.sources.errors import InputError
 
 SPLITS = ("train", "valid", "test")

@@ -1,21 +1,19 @@
 """Partitions: their names, their keys, and how many go into one run.
 
-The full build of a blend partitions its assets as the outputs are laid out (layout.py):
-
-    <blend>/source_split      one partition per dataset            wiki
-    <blend>/pretrain_shard    one per pretraining shard (dynamic)  wiki/shard_00000   <blend>__pretrain_shards
-    <blend>/harmony_shard     one per post-training shard (dynamic)                    <blend>__harmony_shards
-    <blend>/jsonl_shard       one per JSONL dataset shard (dynamic)                    <blend>__jsonl_shards
-    <blend>/sft_packed        one per packed SFT shard (dynamic)   train/shard_00000  <blend>__sft_shards
-    <blend>/megatron_blend    unpartitioned
-    <blend>/nll_scores        one per part of a scored pool (dynamic) tool_use/part-00000 <blend>__scored_pool_parts
+The full build of a blend partitions its assets as the outputs are laid out (layout.py): ``source_split`` has one
+partition per dataset (``wiki``), a shard asset one per shard (``wiki/shard_00000``), registered in a dynamic
+partitions set ``<blend>__<what>`` (``<blend>__pretrain_shards``, ``<blend>__harmony_shards``,
+``<blend>__jsonl_shards``, ``<blend>__sft_shards``, ``<blend>__scored_pool_parts``) by the step that plans them.
 
 Samples (``--scale tiny|small``, ``--max-rows N``) have twin assets ``<blend>/samples/<asset>`` in the group
 ``<blend>_samples``, so building a sample never changes what the UI shows of the full build. Every twin is
 dynamically partitioned (``<blend>__samples__<what>``), with the sample's name in front of the full build's key:
 ``tiny/wiki``, ``rows_500/wiki/shard_00000``, and ``tiny`` for what the full build leaves unpartitioned.
 
-Shard runs take up to ``SHARDS_PER_RUN`` contiguous partitions: one run per shard costs seconds of overhead.
+Runs: a shard asset's run may take any range of its partitions (``BackfillPolicy.single_run()``: ``dagster asset
+materialize --partition-range`` needs it) and builds them in parallel inside its step (core/step.py). Whoever cuts
+a long list of shards into runs (the command line, the schedules, the build sensor) cuts contiguous ranges of at
+most ``SHARDS_PER_RUN``, so that several runs can spread over a Ray cluster.
 """
 
 from collections.abc import Iterator, Sequence
@@ -27,32 +25,6 @@ from nemotron_assets.core.layout import base_dir, check_sample
 
 SHARDS_PER_RUN = 16
 SAMPLES_GROUP_SUFFIX = "_samples"
-
-
-def pretrain_partitions_name(blend: str) -> str:
-    """Dynamic partitions of a blend's pretraining shards (its datasets without a family)."""
-    return f"{blend}__pretrain_shards"
-
-
-def harmony_partitions_name(blend: str) -> str:
-    """Dynamic partitions of a blend's Harmony shards (its family datasets)."""
-    return f"{blend}__harmony_shards"
-
-
-def jsonl_partitions_name(blend: str) -> str:
-    """Dynamic partitions of a blend's JSONL shards (its datasets with a ``transform``)."""
-    return f"{blend}__jsonl_shards"
-
-
-def sft_partitions_name(blend: str) -> str:
-    """Dynamic partitions of a blend's packed SFT shards (``<split>/shard_NNNNN``), registered by ``sft_plan``."""
-    return f"{blend}__sft_shards"
-
-
-def scored_pool_parts_name(blend: str) -> str:
-    """Dynamic partitions of ``nll_scores``: the Parquet parts ``<pool>/part-NNNNN`` of the pools ``scoring:``
-    lists, registered by ``candidate_pool`` when it commits them (assets/scoring_parts.py)."""
-    return f"{blend}__scored_pool_parts"
 
 
 def sample_partitions_name(blend: str, what: str) -> str:
@@ -90,6 +62,23 @@ def contiguous_ranges(all_keys: Sequence[str], wanted: Sequence[str], max_per_ru
         yield run
 
 
+def register_block(instance: dg.DagsterInstance, partitions_name: str, prefix: str, wanted: list[str]) -> None:
+    """Make the keys starting with ``prefix`` (one dataset's shards, one plan's packed shards) equal ``wanted``, as
+    one contiguous block in that order.
+
+    Dynamic partitions keep the order they were added in, and a partition range is a span of that order. Adding a
+    re-planned dataset's new shards at the end would put other datasets' shards inside its range, so a changed
+    block is deleted and added again whole, at the end (a partition's materializations are kept by key)."""
+    existing = instance.get_dynamic_partitions(partitions_name)
+    mine = [key for key in existing if key.startswith(prefix)]
+    if mine == wanted:
+        return
+    for key in mine:
+        instance.delete_dynamic_partition(partitions_name, key)
+    if wanted:
+        instance.add_dynamic_partitions(partitions_name, wanted)
+
+
 @dataclass(frozen=True)
 class Scope:
     """The full build of a blend, or its samples: the asset keys, group and partitions an asset factory uses."""
@@ -104,18 +93,17 @@ class Scope:
     def group(self) -> str:
         return self.blend + SAMPLES_GROUP_SUFFIX if self.samples else self.blend
 
+    def dynamic_name(self, what: str) -> str:
+        """The name of a dynamic partitions set of this scope: ``<blend>__<what>``, or for the samples
+        ``<blend>__samples__<what>``."""
+        return sample_partitions_name(self.blend, what) if self.samples else f"{self.blend}__{what}"
+
+    def dynamic(self, what: str) -> dg.DynamicPartitionsDefinition:
+        return dg.DynamicPartitionsDefinition(name=self.dynamic_name(what))
+
     def partitions(self, what: str, full: dg.PartitionsDefinition | None) -> dg.PartitionsDefinition | None:
         """The partitions of an asset: ``full`` for the full build, a sample-keyed dynamic set for samples."""
-        return dg.DynamicPartitionsDefinition(name=sample_partitions_name(self.blend, what)) if self.samples else full
-
-    def shard_partitions_name(self, kind: str) -> str:
-        """Where ``source_split`` registers the shards of a dataset: ``kind`` is its ``DatasetEntry.kind``
-        (``pretrain``, ``harmony`` or ``jsonl``); ``sft``: where ``sft_plan`` registers the packed shards."""
-        if self.samples:
-            return sample_partitions_name(self.blend, f"{kind}_shards")
-        names = {"pretrain": pretrain_partitions_name, "harmony": harmony_partitions_name,
-                 "jsonl": jsonl_partitions_name, "sft": sft_partitions_name}
-        return names[kind](self.blend)
+        return self.dynamic(what) if self.samples else full
 
     def split(self, partition: str | None) -> tuple[str | None, str | None]:
         """(sample or None, the full build's key) of one of this scope's partition keys."""
@@ -126,3 +114,7 @@ class Scope:
 
     def base(self, sample: str | None) -> str:
         return base_dir(self.blend, sample if self.samples else None)
+
+    def sample_of(self, context: dg.AssetExecutionContext) -> str | None:
+        """The sample an unpartitioned asset's run builds (its one partition key), None for the full build."""
+        return self.split(context.partition_keys[0])[0] if self.samples else None

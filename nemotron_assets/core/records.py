@@ -36,74 +36,14 @@ from enum import StrEnum
 
 from nemotron_assets.core.layout import manifest_path
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.sources.files import SourceFile
-from nemotron_assets.sources.plan import FileRange, ShardPlan
+from nemotron_assets.sources.manifest import SourceManifest
 
 RECEIPT_VERSION = 2
-MANIFEST_VERSION = 1
 
 
 class NotReady(Exception):
     """An output this step needs is missing or stale: a retry cannot help, building it can. The message names the
     outputs, why, and what to materialize."""
-
-
-@dataclass(frozen=True)
-class SourceManifest:
-    blend: str
-    dataset: str
-    split: str
-    path: str
-    revision: str | None
-    text_field: str
-    files: list[SourceFile]
-    shards: list[ShardPlan]
-    max_rows: int | None = None
-    skipped_empty_files: list[str] = field(default_factory=list)
-
-    @property
-    def total_rows(self) -> int:
-        """Rows the plan covers (after any max_rows limit)."""
-        return sum(s.rows for s in self.shards)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def to_json(self) -> dict:
-        return {
-            "version": MANIFEST_VERSION, "blend": self.blend, "dataset": self.dataset, "split": self.split,
-            "path": self.path, "revision": self.revision, "text_field": self.text_field,
-            "max_rows": self.max_rows, "total_rows": self.total_rows, "total_bytes": self.total_bytes,
-            "files": [f.as_dict() for f in self.files],
-            "skipped_empty_files": self.skipped_empty_files,
-            "shards": [{"index": s.index, "rows": s.rows,
-                        "ranges": [[r.file_index, r.row_start, r.row_end] for r in s.ranges]}
-                       for s in self.shards],
-        }
-
-    @staticmethod
-    def from_json(data: dict) -> "SourceManifest":
-        if data.get("version") != MANIFEST_VERSION:
-            raise ValueError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION}")
-        return SourceManifest(
-            blend=data["blend"], dataset=data["dataset"], split=data["split"], path=data["path"],
-            revision=data["revision"], text_field=data["text_field"], max_rows=data["max_rows"],
-            files=[SourceFile(**f) for f in data["files"]],
-            skipped_empty_files=list(data.get("skipped_empty_files", [])),
-            shards=[ShardPlan(s["index"], tuple(FileRange(*r) for r in s["ranges"])) for s in data["shards"]],
-        )
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(self.to_json(), indent=1, sort_keys=True).encode()
-
-    def shard_fingerprint(self, index: int) -> str:
-        """Identity of a shard's input: its row ranges and the exact file versions they come from."""
-        shard = self.shards[index]
-        pieces = [[self.files[r.file_index].url, self.files[r.file_index].fingerprint, r.row_start, r.row_end]
-                  for r in shard.ranges]
-        payload = json.dumps({"ranges": pieces, "text_field": self.text_field}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def read_manifest(store: Storage, base: str, dataset: str) -> SourceManifest:

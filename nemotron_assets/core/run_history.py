@@ -1,5 +1,5 @@
 """What the Dagster instance knows about a blend's partitions: which failed last, and what each materialization
-recorded. ``status`` and ``verify`` combine it with storage (records.py), which alone decides whether an output is
+recorded. ``status`` and ``verify`` combine it with storage (core/records.py), which alone decides whether an output is
 done: a run's failure never makes a shard it finished look failed.
 """
 
@@ -21,7 +21,7 @@ def partition_statuses(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
     """MATERIALIZED / FAILED / IN_PROGRESS (or None: never materialized) per key, as the UI shows them.
 
     FAILED means the latest attempt at that partition failed. A run covering several partitions records each
-    finished partition as materialized and only the ones it could not build as failed (assets/reporting.py).
+    finished partition as materialized and only the ones it could not build as failed (core/reporting.py).
     """
     if not keys:
         return {}

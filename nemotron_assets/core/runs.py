@@ -1,36 +1,58 @@
-"""Launching real Dagster runs of the blend assets, the way ``dagster asset materialize`` does.
+"""Real Dagster runs of a blend's assets, the way ``dagster asset materialize`` and the UI make them.
 
-Each run is executed against the instance in ``DAGSTER_HOME`` through a reconstructable job that points at
-``nemotron_assets.definitions``, so runs show in the UI of ``dagster dev -w workspace.yaml`` and can be
-re-executed from there. A set of partitions becomes runs of contiguous partition-key ranges.
+A run materializes one asset for a contiguous range of its partitions (or unpartitioned), against the instance of
+``DAGSTER_HOME``, through a job that points at the code location by module (``nemotron_assets.definitions``), so
+the runs show in the UI of ``dagster dev -w workspace.yaml`` and can be re-executed from there. A range is given to
+Dagster by two tags (`range_tags`), as ``--partition-range`` does.
 
-Independent runs (the shard ranges of one step) can run at the same time: a ``WorkerPool`` hands them to up to
-``workers`` worker processes, forked from a server that has the code location imported already, each executing
-one run at a time against the same instance; the CLI keeps one pool for all the steps of a command. One process
-per run, not threads, because normalizing rows is Python code that holds the GIL. The outputs are the same bytes
-as one run after the other: each shard's bytes depend on its inputs only.
+Two ways to run them:
+
+- **here** (`execute_assets`): the run executes in this process and returns when it ends (the command line, and
+  the tests);
+- **launched** (`launch_assets`, then `wait_for_runs`): the run is handed to the instance's run launcher (Ray,
+  through dagster-ray, in the cluster deployment) and polled until it ends, asking the launcher about the health of
+  its worker, so a run whose worker died is failed instead of waited on forever.
+
+This module and core/reporting.py are the only ones that use Dagster's private API, each import saying why.
 """
 
-import math
-import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import dagster as dg
 
-# Private imports, because Dagster 1.13 has no public API for them: a reconstructable job that points at the code
-# location by module (so the UI re-executes our runs like its own) is built from these origins, and the
-# partition-range tags are what `dagster asset materialize --partition-range` sets.
+# Private imports, because Dagster 1.13 has no public API for them:
+# - a job reconstructable from the code location's module (so the UI re-executes our runs like its own);
 from dagster._core.code_pointer import CodePointer
+
+# - creating a run for the code location and handing it to the instance's launcher, as the webserver does, with its
+#   origins, and the launcher's report on the run's worker;
+from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.launcher.base import WorkerStatus
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
+from dagster._core.remote_origin import (
+    ManagedGrpcPythonEnvCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+
+# - the two tags that make a run cover a partition range (what --partition-range and the UI's backfills set).
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._utils.hosted_user_process import recon_job_from_origin, recon_repository_from_origin
 
 DEFINITIONS_MODULE = "nemotron_assets.definitions"
+HEALTH_CHECK_SECONDS = 10.0
+
+
+def range_tags(partitions: Sequence[str] | None) -> dict[str, str]:
+    """The tags of a run over the contiguous range ``partitions[0]...partitions[-1]`` (none when unpartitioned)."""
+    if not partitions:
+        return {}
+    return {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]}
 
 
 @dataclass(frozen=True)
@@ -56,20 +78,21 @@ def load_repository() -> tuple[RepositoryPythonOrigin, dg.RepositoryDefinition]:
     return origin, recon_repository_from_origin(origin).get_definition()
 
 
-def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition, instance: dg.DagsterInstance,
-                   asset_keys: Sequence[dg.AssetKey], partitions: Sequence[str] | None, run_config: dict,
-                   tags: dict | None = None) -> RunOutcome:
-    """One run materializing ``asset_keys`` for a contiguous partition range (or unpartitioned)."""
+def _job(repo: dg.RepositoryDefinition, asset_keys: Sequence[dg.AssetKey]) -> dg.JobDefinition:
     job_def = repo.get_implicit_job_def_for_assets(list(asset_keys))
     if job_def is None:
         raise ValueError(f"assets {asset_keys} cannot run together (different partitions)")
-    job = recon_job_from_origin(JobPythonOrigin(job_def.name, repository_origin=origin))
-    run_tags = dict(tags or {})
-    if partitions:
-        run_tags[ASSET_PARTITION_RANGE_START_TAG] = partitions[0]
-        run_tags[ASSET_PARTITION_RANGE_END_TAG] = partitions[-1]
+    return job_def
+
+
+# --- here ---------------------------------------------------------------------------------------------------
+def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition, instance: dg.DagsterInstance,
+                   asset_keys: Sequence[dg.AssetKey], partitions: Sequence[str] | None, run_config: dict,
+                   tags: dict | None = None) -> RunOutcome:
+    """One run materializing ``asset_keys`` for a contiguous partition range (or unpartitioned), in this process."""
+    job = recon_job_from_origin(JobPythonOrigin(_job(repo, asset_keys).name, repository_origin=origin))
     started = time.monotonic()
-    with dg.execute_job(job, instance, run_config=run_config, tags=run_tags,
+    with dg.execute_job(job, instance, run_config=run_config, tags={**(tags or {}), **range_tags(partitions)},
                         asset_selection=list(asset_keys)) as result:
         error = "" if result.success else first_error(result.all_events)
         return RunOutcome(result.run_id, result.success, tuple(partitions or ()), error,
@@ -92,76 +115,105 @@ def first_error(events) -> str:
     return "the run failed (see the run's logs in the Dagster UI)"
 
 
-def split_into_runs(keys: Sequence[str], jobs: int, max_per_run: int) -> Iterator[list[str]]:
-    """Contiguous runs of ``keys``, at most ``max_per_run`` each and, when there are enough keys, at least ``jobs``
-    of them, so every worker gets work."""
-    per_run = max(1, min(max_per_run, math.ceil(len(keys) / max(jobs, 1))))
-    for start in range(0, len(keys), per_run):
-        yield list(keys[start:start + per_run])
+# --- launched -------------------------------------------------------------------------------------------------
+def remote_job_origin(origin: RepositoryPythonOrigin, job_name: str) -> RemoteJobOrigin:
+    """The origin the webserver gives this job when it loads ``workspace.yaml`` (``python_module:
+    nemotron_assets.definitions``, location named after the module), so launched runs belong to that location."""
+    target = LoadableTargetOrigin(executable_path=origin.executable_path, module_name=DEFINITIONS_MODULE,
+                                  working_directory=origin.code_pointer.working_directory)
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(target)
+    return RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job_name)
 
 
-class WorkerPool:
-    """Up to ``workers`` worker processes, forked from a server that has the code location imported, each executing
-    one run at a time against the instance of ``DAGSTER_HOME``; kept for a whole command, so a step after the first
-    finds them started (``start``: begin starting them now, e.g. while the source split runs in this process).
-
-    A worker gets its repository and instance once (``_start_worker``), then takes the next run as soon as it is
-    free: runs of uneven cost share the workers as they end."""
-
-    def __init__(self, workers: int) -> None:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([DEFINITIONS_MODULE])
-        self.workers = workers
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker)
-        self._started = False
-
-    def start(self) -> None:
-        """Start every worker now (each loads the repository); returns at once."""
-        if not self._started:
-            self._started = True
-            for _ in range(self.workers):  # a task per worker: the pool starts a process for each one waiting
-                self._pool.submit(_ready)
-
-    def execute(self, asset_key: dg.AssetKey, partition_runs: list[list[str] | None], run_config: dict, tags: dict,
-                on_finished: Callable[[RunOutcome], None]) -> list[RunOutcome]:
-        """Every run of ``partition_runs`` on the workers; outcomes in the given order."""
-        self.start()
-        outcomes: dict[int, RunOutcome] = {}
-        futures = {self._pool.submit(_run_in_worker, asset_key.path, partitions, run_config, tags): number
-                   for number, partitions in enumerate(partition_runs)}
-        for future in as_completed(futures):
-            number = futures[future]
-            try:
-                outcome = future.result()
-            except Exception as exc:  # noqa: BLE001 - the worker died or could not start the run: say so, go on
-                outcome = RunOutcome("(no run)", False, tuple(partition_runs[number] or ()),
-                                     f"the worker process failed before the run ended: {type(exc).__name__}: {exc}")
-            outcomes[number] = outcome
-            on_finished(outcome)
-        return [outcomes[number] for number in range(len(partition_runs))]
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+def launch_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition, instance: dg.DagsterInstance,
+                  asset_keys: Sequence[dg.AssetKey], partitions: Sequence[str] | None, run_config: dict,
+                  tags: dict | None = None) -> str:
+    """Create one run materializing ``asset_keys`` for a contiguous partition range (or unpartitioned) and hand it
+    to the instance's run launcher; returns the run id without waiting."""
+    job_def = _job(repo, asset_keys)
+    run = instance.create_run_for_job(
+        job_def=job_def, run_config=run_config, tags={**(tags or {}), **range_tags(partitions)},
+        asset_selection=frozenset(asset_keys),
+        job_code_origin=JobPythonOrigin(job_def.name, repository_origin=origin),
+        remote_job_origin=remote_job_origin(origin, job_def.name),
+    )
+    # Straight to the launcher: the queued coordinator of the cluster instance is drained by `dagster-daemon run`,
+    # which this command does not need. Ray queues the jobs until a node has a free CPU.
+    instance.launch_run(run.run_id, workspace=None)
+    return run.run_id
 
 
-_WORKER: dict = {}  # per worker process: the repository origin, its definition and the instance
+def wait_for_runs(instance: dg.DagsterInstance, launched: dict[str, tuple[str, ...]],
+                  on_finished: Callable[[RunOutcome], None] | None = None, poll_seconds: float = 1.0,
+                  timeout: float | None = None) -> list[RunOutcome]:
+    """Poll until every run of ``launched`` (run id -> partitions) has finished; returns the outcomes in launch
+    order and calls ``on_finished`` as each one ends. A run whose worker the launcher reports failed or gone is
+    marked failed; Ctrl-C (or ``timeout``) asks the launcher to stop the runs still going."""
+    started = time.monotonic()
+    outcomes: dict[str, RunOutcome] = {}
+    last_check = started
+    try:
+        while len(outcomes) < len(launched):
+            check_health = time.monotonic() - last_check >= HEALTH_CHECK_SECONDS
+            if check_health:
+                last_check = time.monotonic()
+            for run_id, partitions in launched.items():
+                if run_id in outcomes:
+                    continue
+                run = instance.get_run_by_id(run_id)
+                if run is not None and not run.is_finished and check_health:
+                    run = _fail_if_worker_lost(instance, run)
+                if run is None or not run.is_finished:
+                    continue
+                success = run.status == dg.DagsterRunStatus.SUCCESS
+                outcome = RunOutcome(run_id, success, partitions, "" if success else _run_error(instance, run_id),
+                                     _run_seconds(instance, run_id, started))
+                outcomes[run_id] = outcome
+                if on_finished:
+                    on_finished(outcome)
+            if len(outcomes) < len(launched):
+                if timeout is not None and time.monotonic() - started > timeout:
+                    raise TimeoutError(f"{len(launched) - len(outcomes)} run(s) still going after {timeout:.0f} s")
+                time.sleep(poll_seconds)
+    except (KeyboardInterrupt, TimeoutError) as exc:
+        going = [run_id for run_id in launched if run_id not in outcomes]
+        print(f"{type(exc).__name__}: stopping {len(going)} run(s) still going", file=sys.stderr)
+        for run_id in going:
+            instance.run_launcher.terminate(run_id)
+        raise
+    return [outcomes[run_id] for run_id in launched]
 
 
-def _start_worker() -> None:
-    """A worker's own repository definition and instance, made once when it starts."""
-    if not _WORKER:
-        _WORKER["origin"], _WORKER["repo"] = load_repository()
-        _WORKER["instance"] = dg.DagsterInstance.get()
+def _fail_if_worker_lost(instance: dg.DagsterInstance, run):
+    launcher = instance.run_launcher
+    running = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED)
+    if not launcher.supports_check_run_worker_health or run.status not in running:
+        return run
+    health = launcher.check_run_worker_health(run)
+    if health.status not in (WorkerStatus.FAILED, WorkerStatus.SUCCESS, WorkerStatus.NOT_FOUND):
+        return run
+    run = instance.get_run_by_id(run.run_id)  # the worker may have finished the run since the last poll
+    if run is None or run.is_finished:
+        return run
+    message = f"the run worker ended without finishing the run ({health.status.value}): {health.msg or ''}".strip()
+    instance.report_run_failed(run, message)
+    return instance.get_run_by_id(run.run_id)
 
 
-def _ready() -> None:
-    """Nothing: submitted once per worker so the pool starts them all (``WorkerPool.start``)."""
+def _run_error(instance: dg.DagsterInstance, run_id: str) -> str:
+    kinds = {dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.ENGINE_EVENT}
+    records = instance.all_logs(run_id, of_type=kinds)
+    events = [r.dagster_event for r in records if r.dagster_event is not None]
+    error = first_error(e for e in events if e.event_type != dg.DagsterEventType.ENGINE_EVENT)
+    if not error.startswith("the run failed"):
+        return error
+    engine_errors = [e.message for e in events if e.event_type == dg.DagsterEventType.ENGINE_EVENT
+                     and e.engine_event_data and e.engine_event_data.error]
+    return engine_errors[-1] if engine_errors and engine_errors[-1] else error
 
 
-def _run_in_worker(asset_path: list[str], partitions: list[str] | None, run_config: dict, tags: dict) -> RunOutcome:
-    from nemotron_assets.core.instance import PROCESS_TAG
-    from nemotron_assets.core.processes import owner_token
-
-    _start_worker()
-    return execute_assets(_WORKER["origin"], _WORKER["repo"], _WORKER["instance"], [dg.AssetKey(asset_path)],
-                          partitions, run_config, {**tags, PROCESS_TAG: owner_token()})
+def _run_seconds(instance: dg.DagsterInstance, run_id: str, fallback_start: float) -> float:
+    record = instance.get_run_record_by_id(run_id)
+    if record is not None and record.start_time and record.end_time:
+        return record.end_time - record.start_time
+    return time.monotonic() - fallback_start

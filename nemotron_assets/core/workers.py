@@ -1,20 +1,23 @@
-"""Run known calls in a few processes forked from this one, and collect their results in any order.
+"""The one place that starts worker processes: the shards of a run built at the same time, and batches of SFT
+rows rendered on every core.
 
-Why fork: a child starts with everything the parent has already loaded (a pretraining shard's tokenizer takes
-~1.5 s to parse, and the forked children share the parsed one), and runs on its own core without the parent's GIL.
-Why a pool forked once, with every call known beforehand: the calls are inherited through the fork, never pickled,
-and a process that runs several calls one after the other reuses the memory its first call touched (on the 1 GB
-bench, 4 shards: a fresh process per shard made 489,000 page faults, two processes taking shards in turn ~400,000,
-one process 174,000-194,000; bench/README.md).
+**Forked calls** (`ForkedCalls`): known calls run in a few processes forked from this one, results collected in any
+order. Why fork: a child starts with everything the parent has already loaded (a pretraining shard's tokenizer
+takes ~1.5 s to parse, and the forked children share the parsed one), and runs on its own core without the parent's
+GIL. Why a pool forked once, with every call known beforehand: the calls are inherited through the fork, never
+pickled, and a process that runs several calls one after the other reuses the memory its first call touched (on
+the 1 GB bench, 4 shards: a fresh process per shard made 489,000 page faults, two processes taking shards in turn
+~400,000, one process 174,000-194,000; bench/README.md).
 
 What a forked call may do: work on what it closes over, read and write local files, start threads of its own, and
 talk to the parent through ``report`` and its return value. What it must not do: use anything the fork copied in
 whatever state the parent's other threads left it in, such as the Dagster instance and its sqlite connections,
 log handlers that write to the event log, S3 clients, or ``print`` (a stream's lock may be held). The children end
 with ``os._exit`` (``multiprocessing``'s fork start), so none of the parent's ``atexit`` handlers or finalizers run
-there.
+there. A child whose parent was killed learns it at its next ``report`` or result (the pipe is broken) and ends.
 
-A child whose parent was killed learns it at its next ``report`` or result (the pipe is broken) and ends.
+**Tasks in order** (`in_order`): a stream of picklable tasks to a pool of ``workers`` processes, results back in the
+order given, at most ``workers * ahead`` in flight (the SFT samples step renders Harmony batches this way).
 """
 
 import gc
@@ -24,7 +27,8 @@ import pickle
 import signal
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -37,8 +41,23 @@ class ForkedCallDied(Exception):
     """The process running a forked call ended without sending its result (killed, or out of memory)."""
 
 
+#: A bound on memory (each process holds a shard's batches in flight and its own tokenizer caches), not a measured
+#: optimum: only 2 cores were available to measure on.
+MAX_BUILD_PROCESSES = 8
+
+
 def fork_available() -> bool:
     return hasattr(os, "fork") and "fork" in multiprocessing.get_all_start_methods()
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def build_processes(requested: int) -> int:
+    """How many shards to build at once: ``requested`` (0: one per usable core), at most ``MAX_BUILD_PROCESSES``;
+    1 (build in the step) when fork is not available."""
+    return max(1, min(requested or usable_cores(), MAX_BUILD_PROCESSES)) if fork_available() else 1
 
 
 @dataclass
@@ -55,18 +74,13 @@ class ForkedCalls:
     ``result(name)`` waits for one call. While it waits, every running call's messages go to
     ``on_message(name, message)`` as they arrive. A process that dies fails only the call it was running, and a
     new one is forked for the calls still waiting. Use as a context manager: leaving it kills the processes
-    (an error elsewhere, or results nobody asked for).
+    (an error elsewhere, or results nobody asked for)."""
 
-    ``close_in_children``: connections of this process to another that the children must not hold open, so that
-    this process's death still closes them (the build host's pipe to its command, pretrain/build_host.py)."""
-
-    def __init__(self, calls: dict[str, Call], processes: int, on_message: Callable[[str, Any], None],
-                 close_in_children: Sequence[Connection] = ()) -> None:
+    def __init__(self, calls: dict[str, Call], processes: int, on_message: Callable[[str, Any], None]) -> None:
         if processes < 1:
             raise ValueError("processes must be at least 1")
         self._calls = dict(calls)
         self._on_message = on_message
-        self._close_in_children = list(close_in_children)
         self._context = multiprocessing.get_context("fork")
         self._waiting: deque[str] = deque(self._calls)
         self._ended: dict[str, tuple[bool, Any]] = {}  # name -> (succeeded, value or exception)
@@ -110,7 +124,7 @@ class ForkedCalls:
 
     def _fork(self) -> _Worker:
         parent_end, child_end = self._context.Pipe()
-        parents_ends = [parent_end, *(w.connection for w in self._workers), *self._close_in_children]
+        parents_ends = [parent_end, *(w.connection for w in self._workers)]
         process = self._context.Process(target=_serve, args=(self._calls, child_end, parents_ends),
                                         name="forked_calls", daemon=True)
         process.start()
@@ -147,7 +161,7 @@ class ForkedCalls:
 def _serve(calls: dict[str, Call], connection: Connection, parents_ends: list[Connection]) -> None:
     """In a forked process: run the calls the parent names, one at a time, until it sends None.
 
-    The fork copied the parent's ends of the pipes (and ``close_in_children``); they are closed first, so that the
+    The fork copied the parent's ends of the pipes; they are closed first, so that the
     parent's death closes this process's pipe (a socket pair stays open while any process holds either end).
 
     Every object inherited from the parent is first put out of the garbage collector's reach (``gc.freeze``): a
@@ -182,3 +196,34 @@ def picklable_error(exc: BaseException) -> BaseException:
         copy = RuntimeError(f"{type(exc).__name__}: {exc}")
     copy.add_note(note)
     return copy
+
+
+# --- tasks in order ---------------------------------------------------------------------------------------------
+def in_order(function: Callable[..., Any], tasks: Iterable[tuple], workers: int, *, start: str = "spawn",
+             initializer: Callable[..., None] | None = None, initargs: tuple = (), ahead: int = 2,
+             started: Callable[[], None] | None = None) -> Iterator[Any]:
+    """``function(*task)`` of each task, in order, computed by ``workers`` processes started with ``start``
+    (``fork`` or ``spawn``), each running ``initializer(*initargs)`` first; ``workers <= 1``: here, in this
+    process. ``started()`` runs once every worker exists (with fork: the parent may drop what it loaded for them).
+    An error raised by a task is raised here."""
+    if workers <= 1:
+        for task in tasks:
+            yield function(*task)
+        return
+    context = multiprocessing.get_context(start)
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs) as pool:
+        if start == "fork":
+            gc.freeze()  # the workers' collections skip what they inherit (nor copy its pages to mark it)
+            try:
+                pool.submit(os.getpid)  # with fork, the first task forks every worker, here and now
+            finally:
+                gc.unfreeze()
+        if started is not None:
+            started()
+        pending: deque[Future] = deque()
+        for task in tasks:
+            pending.append(pool.submit(function, *task))
+            if len(pending) >= workers * ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()

@@ -21,7 +21,7 @@ from nemotron_assets.sources.errors import InputError
 
 DEFAULT_EFFORT = "medium"
 #: Correctness at or above this is an easy problem (difficulty "low"); at or below `HARD_AT_MOST` a hard one. The same
-#: numbers as the default high/low correctness pools (``posttrain/pools.py``).
+#: numbers as the default high/low correctness pools (``defs/harmony/pools.py``).
 EASY_AT_LEAST = 0.875
 HARD_AT_MOST = 0.25
 DIFFICULTY_BINS: tuple[str, ...] = ("low", "medium", "high")
@@ -173,7 +173,7 @@ def effort_for_reasoning(reasoning: str | None) -> str | None:
 
 def difficulty_from_correctness(correctness: float | None) -> str | None:
     """A problem most samples solve is easy (``low``), one few solve is hard (``high``); thresholds match the
-    high/low correctness pools (posttrain/pools.py)."""
+    high/low correctness pools (defs/harmony/pools.py)."""
     if correctness is None:
         return None
     if correctness >= EASY_AT_LEAST:

@@ -11,15 +11,14 @@ import glob
 import os
 from pathlib import Path
 
-from nemotron_assets.core.blend import DatasetEntry
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile, detect_format
-from nemotron_assets.sources.selection import Resolution, matches_subset_split
+from nemotron_assets.sources.selection import Resolution, SourceEntry, matches_subset_split
 
 GLOB_CHARS = set("*?[")
 
 
-def storage_options_for(entry: DatasetEntry) -> dict:
+def storage_options_for(entry: SourceEntry) -> dict:
     """fsspec options for the entry's remote files (S3 endpoint; credentials come from the environment)."""
     if entry.path.startswith("s3://"):
         endpoint = entry.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
@@ -27,7 +26,7 @@ def storage_options_for(entry: DatasetEntry) -> dict:
     return {}
 
 
-def resolve_files(entry: DatasetEntry, base_dir: Path) -> Resolution:
+def resolve_files(entry: SourceEntry, base_dir: Path) -> Resolution:
     """The entry's data files, sorted by path; raises InputError naming the entry when there are none."""
     if entry.path.startswith("hf://"):
         from nemotron_assets.sources.hf import resolve_hf  # huggingface_hub costs 0.4 s to import: only when used
@@ -48,7 +47,7 @@ def resolve_files(entry: DatasetEntry, base_dir: Path) -> Resolution:
     return resolution
 
 
-def _data_file(url: str, size: int, entry: DatasetEntry, fingerprint: str = "",
+def _data_file(url: str, size: int, entry: SourceEntry, fingerprint: str = "",
                single_file: bool = False) -> SourceFile | None:
     """A SourceFile if ``url`` is data. A declared ``format`` reaches files with unknown suffixes only when
     the path names that one file: in a folder, a README.md must not be read as JSONL."""
@@ -59,7 +58,7 @@ def _data_file(url: str, size: int, entry: DatasetEntry, fingerprint: str = "",
     return SourceFile(url=url, size=size, format=fmt, compression=compression, fingerprint=fingerprint)
 
 
-def _resolve_local(entry: DatasetEntry, base_dir: Path) -> list[SourceFile]:
+def _resolve_local(entry: SourceEntry, base_dir: Path) -> list[SourceFile]:
     path = Path(entry.path).expanduser()
     if not path.is_absolute():
         path = base_dir / path
@@ -101,7 +100,7 @@ def _glob_root(pattern: Path) -> Path:
     return Path(*fixed)
 
 
-def _resolve_s3(entry: DatasetEntry) -> list[SourceFile]:
+def _resolve_s3(entry: SourceEntry) -> list[SourceFile]:
     import s3fs
 
     options = storage_options_for(entry)

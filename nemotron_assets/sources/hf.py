@@ -25,16 +25,15 @@ import yaml
 from fsspec.utils import glob_translate
 from huggingface_hub import constants, errors, snapshot_download
 
-from nemotron_assets.core.blend import DatasetEntry
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile, detect_format
-from nemotron_assets.sources.selection import Resolution, matches_subset_split
+from nemotron_assets.sources.selection import Resolution, SourceEntry, matches_subset_split
 
 README = "README.md"
 FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*\r?$", re.DOTALL | re.MULTILINE)
 
 
-def resolve_hf(entry: DatasetEntry) -> Resolution:
+def resolve_hf(entry: SourceEntry) -> Resolution:
     """The entry's files in the local hub cache, and the commit sha they come from."""
     parts = [p for p in entry.path[len("hf://"):].split("/") if p]
     if len(parts) < 2:
@@ -74,7 +73,7 @@ def resolve_hf(entry: DatasetEntry) -> Resolution:
     return Resolution(files, revision=sha)
 
 
-def _download(entry: DatasetEntry, repo: str, revision: str | None, patterns: list[str]) -> Path:
+def _download(entry: SourceEntry, repo: str, revision: str | None, patterns: list[str]) -> Path:
     wanted = revision or constants.DEFAULT_REVISION
     try:
         return Path(snapshot_download(repo, repo_type="dataset", revision=revision, allow_patterns=patterns))
@@ -103,7 +102,7 @@ def _download(entry: DatasetEntry, repo: str, revision: str | None, patterns: li
         raise _error(entry, "path", f"cannot fetch {repo} from the Hugging Face hub: {exc}") from None
 
 
-def _configs(entry: DatasetEntry, snapshot: Path) -> dict[str, dict]:
+def _configs(entry: SourceEntry, snapshot: Path) -> dict[str, dict]:
     """``config_name`` -> config from the README's YAML front matter (empty without a README or configs)."""
     readme = snapshot / README
     match = FRONT_MATTER.match(readme.read_text(encoding="utf-8", errors="replace")) if readme.is_file() else None
@@ -118,7 +117,7 @@ def _configs(entry: DatasetEntry, snapshot: Path) -> dict[str, dict]:
     return {c["config_name"]: c for c in configs or [] if isinstance(c, dict) and "config_name" in c}
 
 
-def _split_globs(entry: DatasetEntry, config: dict) -> list[str] | None:
+def _split_globs(entry: SourceEntry, config: dict) -> list[str] | None:
     """The config's data_files globs for the entry's split (every split when none is set); None without any."""
     data_files = config.get("data_files")
     if data_files is None:
@@ -141,7 +140,7 @@ def _split_globs(entry: DatasetEntry, config: dict) -> list[str] | None:
     return [str(glob).lstrip("/") for globs in chosen for glob in globs]
 
 
-def _nothing_selected(entry: DatasetEntry, repo: str, sha: str, folder: str, data: list[str],
+def _nothing_selected(entry: SourceEntry, repo: str, sha: str, folder: str, data: list[str],
                       globs: list[str] | None, subset: str | None) -> InputError:
     where = f"{repo}@{sha[:12]}" + (f" under {folder}" if folder else "")
     if globs is not None:
@@ -163,5 +162,5 @@ def _as_list(value: str | list) -> list:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _error(entry: DatasetEntry, field: str, reason: str) -> InputError:
+def _error(entry: SourceEntry, field: str, reason: str) -> InputError:
     return InputError(reason, dataset=entry.name, path=entry.path, field=field)

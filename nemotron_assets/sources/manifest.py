@@ -1,81 +1,79 @@
-"""Building a dataset split's manifest (its schema lives in records.py), and reading the rows it plans.
+"""A dataset's manifest: the exact files it reads and its shard plan (the schema of
+``<base>/sources/<dataset>/manifest.json``), and reading the rows a shard plans.
 
-``build_manifest`` resolves the files, measures them (rows and content hash, one streaming pass per file) and
-plans the shards. The manifest is what the shards are built from, so a shard can name exactly which rows of which
-file version it holds, and a later run can tell whether anything changed under it.
+The manifest is what the shards are built from, so a shard can name exactly which rows of which file version it
+holds (`SourceManifest.shard_fingerprint`), and a later run can tell whether anything changed under it. It is
+written by the source_split step (defs/sources/).
 """
 
+import hashlib
+import json
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.records import SourceManifest
-from nemotron_assets.sources.discovery import resolve_files, storage_options_for
-from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile
-from nemotron_assets.sources.plan import plan_shards, shard_count_for
-from nemotron_assets.sources.readers import (
-    ReadOptions,
-    ReadStats,
-    check_parquet_text_column,
-    count_rows_and_hash,
-    iter_text_batches,
-)
+from nemotron_assets.sources.plan import FileRange, ShardPlan
+from nemotron_assets.sources.readers import ReadOptions, ReadStats, iter_text_batches
+
+MANIFEST_VERSION = 1
 
 
-def read_options(blend: Blend, entry: DatasetEntry) -> ReadOptions:
-    return ReadOptions(dataset=entry.name, text_field=entry.text_field, on_error=blend.on_error,
-                       storage_options=storage_options_for(entry))
+@dataclass(frozen=True)
+class SourceManifest:
+    blend: str
+    dataset: str
+    split: str
+    path: str
+    revision: str | None
+    text_field: str
+    files: list[SourceFile]
+    shards: list[ShardPlan]
+    max_rows: int | None = None
+    skipped_empty_files: list[str] = field(default_factory=list)
 
+    @property
+    def total_rows(self) -> int:
+        """Rows the plan covers (after any max_rows limit)."""
+        return sum(s.rows for s in self.shards)
 
-def build_manifest(blend: Blend, entry: DatasetEntry, base_dir: Path, max_rows: int | None = None) -> SourceManifest:
-    """Resolve, measure (rows + content hash, one streaming pass per file) and plan one dataset.
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
 
-    With ``max_rows`` (a sample) only the first files holding that many rows are measured and listed.
-    """
-    resolution = resolve_files(entry, base_dir)
-    options = read_options(blend, entry)
-    if entry.kind == "pretrain":  # text: every Parquet file must have the text column, checked before reading
-        for source in resolution.files:
-            if source.format == "parquet":
-                check_parquet_text_column(source, options)
-    files, skipped = [], []
-    for source in resolution.files:
-        if max_rows is not None and sum(f.rows for f in files) >= max_rows:
-            break  # a sample: the files after the first max_rows rows are neither read nor listed
-        line_starts: list[tuple[int, int]] = []
-        rows, digest = count_rows_and_hash(source, options, line_starts)
-        fingerprint = source.fingerprint or f"blake3:{digest}"
-        if rows == 0:
-            if blend.on_error != "skip":
-                raise InputError("empty file (no rows); remove it or set on_error: skip", dataset=entry.name,
-                                 path=source.url)
-            skipped.append(source.url)
-        files.append(SourceFile(source.url, source.size, source.format, source.compression, rows, fingerprint,
-                                tuple(line_starts)))
-    if sum(f.rows for f in files) == 0:
-        raise InputError(f"empty dataset: {len(files)} file(s) at {entry.path} hold no rows", dataset=entry.name,
-                         field="path")
-    rows = _limit_rows([f.rows for f in files], max_rows)
-    sizes = [f.size * r // f.rows if f.rows else 0 for f, r in zip(files, rows)]
-    count = blend.shard_count_override(entry) or shard_count_for(sum(sizes), sum(rows), blend.shard_size_bytes)
-    return SourceManifest(
-        blend=blend.name, dataset=entry.name, split=blend.split_of(entry.name), path=entry.path,
-        revision=resolution.revision, text_field=entry.text_field, files=files,
-        shards=plan_shards(sizes, rows, count), max_rows=max_rows, skipped_empty_files=skipped,
-    )
+    def to_json(self) -> dict:
+        return {
+            "version": MANIFEST_VERSION, "blend": self.blend, "dataset": self.dataset, "split": self.split,
+            "path": self.path, "revision": self.revision, "text_field": self.text_field,
+            "max_rows": self.max_rows, "total_rows": self.total_rows, "total_bytes": self.total_bytes,
+            "files": [f.as_dict() for f in self.files],
+            "skipped_empty_files": self.skipped_empty_files,
+            "shards": [{"index": s.index, "rows": s.rows,
+                        "ranges": [[r.file_index, r.row_start, r.row_end] for r in s.ranges]}
+                       for s in self.shards],
+        }
 
+    @staticmethod
+    def from_json(data: dict) -> "SourceManifest":
+        if data.get("version") != MANIFEST_VERSION:
+            raise ValueError(f"manifest version {data.get('version')} is not {MANIFEST_VERSION}")
+        return SourceManifest(
+            blend=data["blend"], dataset=data["dataset"], split=data["split"], path=data["path"],
+            revision=data["revision"], text_field=data["text_field"], max_rows=data["max_rows"],
+            files=[SourceFile(**f) for f in data["files"]],
+            skipped_empty_files=list(data.get("skipped_empty_files", [])),
+            shards=[ShardPlan(s["index"], tuple(FileRange(*r) for r in s["ranges"])) for s in data["shards"]],
+        )
 
-def _limit_rows(rows: list[int], max_rows: int | None) -> list[int]:
-    """Keep only the first ``max_rows`` rows of the dataset (file order)."""
-    if max_rows is None:
-        return rows
-    limited, left = [], max_rows
-    for r in rows:
-        take = min(r, left)
-        limited.append(take)
-        left -= take
-    return limited
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), indent=1, sort_keys=True).encode()
+
+    def shard_fingerprint(self, index: int) -> str:
+        """Identity of a shard's input: its row ranges and the exact file versions they come from."""
+        shard = self.shards[index]
+        pieces = [[self.files[r.file_index].url, self.files[r.file_index].fingerprint, r.row_start, r.row_end]
+                  for r in shard.ranges]
+        payload = json.dumps({"ranges": pieces, "text_field": self.text_field}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def iter_shard_texts(manifest: SourceManifest, index: int, options: ReadOptions,

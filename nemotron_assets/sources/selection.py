@@ -7,8 +7,21 @@ never ``4plus_MIND/x.parquet``.
 
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Protocol
 
 from nemotron_assets.sources.files import SourceFile
+
+
+class SourceEntry(Protocol):
+    """What resolving reads of a blend's dataset entry (``core/blend.py`` ``DatasetEntry`` is one)."""
+
+    name: str
+    path: str  # a local file, folder or glob; s3://bucket/prefix; hf://org/repo
+    subset: str | None
+    split: str | None
+    revision: str | None  # of an hf:// source
+    format: str | None  # jsonl or parquet, when the suffix does not say
+    endpoint_url: str | None  # of an s3:// source
 
 
 @dataclass(frozen=True)

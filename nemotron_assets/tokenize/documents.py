@@ -33,18 +33,6 @@ class DocumentOptions:
     backend: str = "auto"  # auto | hf | fastokens
 
 
-@dataclass(frozen=True)
-class TokenizerFacts:
-    """What a step needs to know of a loaded tokenizer without holding it: which files it is, its vocabulary size
-    (the shard's dtype and receipt), and the backend that encodes (for the log). Small and picklable: a process
-    that loaded the tokenizer sends them to the step (pretrain/build_host.py)."""
-
-    files: TokenizerFiles
-    vocab_size: int
-    backend: str
-    backend_reason: str
-
-
 class LoadedTokenizer:
     """A tokenizer ready to turn text batches into documents, plus the facts the writer needs."""
 
@@ -72,10 +60,6 @@ class LoadedTokenizer:
     @property
     def backend(self) -> str:
         return self.encoder.name
-
-    @property
-    def facts(self) -> TokenizerFacts:
-        return TokenizerFacts(self.files, self.vocab_size, self.backend, self.backend_reason)
 
     def use_reference(self, reason: str) -> None:
         """Switch to hf-tokenizers (after a fast backend disagreed on real data)."""

@@ -7,11 +7,14 @@ byte for byte. The default, ``llama3``, is Meta's Llama-3 tokenizer shipped by t
 package: it needs no network.
 """
 
+import functools
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+import orjson
 
 from nemotron_assets.sources.errors import InputError
 
@@ -35,7 +38,45 @@ class TokenizerFiles:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.tokenizer_json.read_bytes()).hexdigest()
+        return file_sha256(self.tokenizer_json)
+
+    def identity(self) -> dict:
+        """What of the tokenizer decides its ids, without building it: the file's content and the special-token
+        names its config gives (receipts compare it; pretraining adds the vocabulary size, `vocab_size`)."""
+        return {"sha256": self.sha256, "eos_token": self.eos_token, "bos_token": self.bos_token,
+                "sep_token": self.sep_token}
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a local file, computed once per version of it (path, size, modification time): a step asks for
+    its tokenizer's or template's hash once per output it judges."""
+    stat = os.stat(path)
+    return _file_sha256(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def vocab_size(files: TokenizerFiles) -> int:
+    """Base + added tokens of a tokenizer.json, counted as ``tokenizers`` counts them (distinct token strings of the
+    model's vocabulary and the added tokens), from the JSON alone: building the tokenizer to ask it would take a
+    second for Llama-3. Cached by content."""
+    return _vocab_size(str(files.tokenizer_json), files.sha256)
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_size(path: str, sha256: str) -> int:
+    try:
+        spec = orjson.loads(Path(path).read_bytes())
+        vocab = spec["model"]["vocab"]
+        tokens = set(vocab) if isinstance(vocab, dict) else {piece[0] for piece in vocab}  # Unigram: [token, score]
+        tokens.update(added["content"] for added in spec.get("added_tokens") or [])
+    except (orjson.JSONDecodeError, KeyError, TypeError, IndexError) as exc:
+        raise InputError(f"not a valid tokenizer.json: {exc}", path=path, field="tokenizer_model") from None
+    return len(tokens)
 
 
 def locate_tokenizer(spec: str, revision: str | None = None) -> TokenizerFiles:

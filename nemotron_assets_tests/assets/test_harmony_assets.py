@@ -11,10 +11,9 @@ import pytest
 from nemotron_assets.core.blend import load_blend
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.defs.harmony.assets import build_harmony_assets
-from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
 from nemotron_assets.formats.harmony import parse_harmony, validate_harmony
 from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.materialize_helpers import blend_assets
 
 SAMPLE = REPO / "blends" / "posttrain_sample.yaml"
 
@@ -26,12 +25,11 @@ class Pipeline:
                  lineage: WandbLineage | None = None, endpoint_url: str | None = None, **overrides) -> None:
         blend = load_blend(blend_file)
         self.blend = blend.model_copy(update=overrides) if overrides else blend
-        pretrain = build_pretrain_assets(self.blend, blend_file)
-        self.harmony = build_harmony_assets(self.blend, pretrain.source_split)
-        self.source_split = pretrain.source_split
+        self.assets = blend_assets(self.blend, blend_file)
+        self.source_split = self.assets.source_split
         self.root, self.instance, self.lineage = root, instance, lineage or WandbLineage()
         self.storage = StorageResource(root=str(root), endpoint_url=endpoint_url)
-        self.definitions = [pretrain.source_split, *self.harmony.definitions]
+        self.definitions = self.assets.definitions
 
     def run(self, asset, partitions=None, raise_on_error=True):
         selection = asset if isinstance(asset, dg.AssetSelection) else [asset.key]
@@ -40,17 +38,17 @@ class Pipeline:
                               resources={"storage": self.storage, "lineage": self.lineage})
 
     def shard_keys(self) -> list[str]:
-        return self.instance.get_dynamic_partitions(self.harmony.shard_partitions.name)
+        return self.instance.get_dynamic_partitions(self.assets.harmony_shard.partitions_def.name)
 
     def all(self, shard_order=None) -> None:
         self.run(self.source_split, [e.name for e in self.blend.entries()])
         for key in shard_order(self.shard_keys()) if shard_order else [self.shard_keys()]:
-            self.run(self.harmony.harmony_shard, key if isinstance(key, list) else [key])
-        self.run(self.harmony.harmony_dedup, self.harmony.family_partitions.get_partition_keys())
-        pools = self.harmony.candidate_pool.partitions_def.get_partition_keys()
-        self.run(self.harmony.candidate_pool, pools)
-        self.run(self.harmony.embedding_view, pools)
-        self.run(self.harmony.behavior_report)
+            self.run(self.assets.harmony_shard, key if isinstance(key, list) else [key])
+        self.run(self.assets.harmony_dedup, self.assets.harmony_dedup.partitions_def.get_partition_keys())
+        pools = self.assets.candidate_pool.partitions_def.get_partition_keys()
+        self.run(self.assets.candidate_pool, pools)
+        self.run(self.assets.embedding_view, pools)
+        self.run(self.assets.behavior_report)
 
 
 def _range(partitions):
@@ -149,7 +147,7 @@ def test_shards_built_one_by_one_in_reverse_order_give_the_same_dedup_and_pools(
 
 def test_checks_pass_on_the_sample(built):
     pipeline = built
-    checks = dg.AssetSelection.checks_for_assets(pipeline.harmony.candidate_pool)
+    checks = dg.AssetSelection.checks_for_assets(pipeline.assets.candidate_pool)
     result = pipeline.run(checks, ["tool_use"])
     evaluations = result.get_asset_check_evaluations()
     assert [e.check_name for e in evaluations] == ["rows_satisfy_predicate"] and evaluations[0].passed
@@ -160,7 +158,7 @@ def test_unreadable_row_fails_naming_dataset_file_line_and_field(tmp_path, insta
     shutil.copytree(REPO / "blends", blends)
     pipeline = Pipeline(blends / "posttrain_sample.yaml", tmp_path / "out", instance, on_error="raise")
     pipeline.run(pipeline.source_split, ["nemotron_math_v2"])
-    result = pipeline.run(pipeline.harmony.harmony_shard, ["nemotron_math_v2/shard_00000"], raise_on_error=False)
+    result = pipeline.run(pipeline.assets.harmony_shard, ["nemotron_math_v2/shard_00000"], raise_on_error=False)
     assert not result.success
     error = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error
     message = str(error.cause or error)
@@ -196,10 +194,10 @@ def test_a_second_build_of_an_unchanged_blend_rebuilds_no_harmony_shard(tmp_path
     pipeline = Pipeline(SAMPLE, tmp_path, instance)
     pipeline.run(pipeline.source_split, [e.name for e in pipeline.blend.entries()])
     keys = pipeline.shard_keys()
-    pipeline.run(pipeline.harmony.harmony_shard, keys)
+    pipeline.run(pipeline.assets.harmony_shard, keys)
     shards = sorted((tmp_path / "posttrain_sample" / "harmony").rglob("shard_*"))
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in shards}
-    again = pipeline.run(pipeline.harmony.harmony_shard, keys)
+    again = pipeline.run(pipeline.assets.harmony_shard, keys)
     statuses = {e.step_materialization_data.materialization.partition:
                 e.step_materialization_data.materialization.metadata["status"].value
                 for e in again.get_asset_materialization_events()}

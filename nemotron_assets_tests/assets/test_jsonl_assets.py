@@ -16,16 +16,14 @@ import pytest
 import yaml
 import zstandard
 
-from nemotron_assets.cli.status_report import collect_status
-from nemotron_assets.cli.verify_report import collect_problems
+from nemotron_assets.cli.reports import collect_problems, collect_status
 from nemotron_assets.core.blend import load_blend
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.records import NotReady
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.jsonl.assets import build_jsonl_assets
-from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
 from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.materialize_helpers import blend_assets
 
 SAMPLE = REPO / "blends" / "rl_sample.yaml"
 SPLITS = ("train", "valid", "test")
@@ -39,11 +37,10 @@ class Pipeline:
                  lineage: WandbLineage | None = None, **overrides) -> None:
         blend = load_blend(blend_file)
         self.blend = blend.model_copy(update=overrides) if overrides else blend
-        self.pretrain = build_pretrain_assets(self.blend, blend_file)
-        self.jsonl = build_jsonl_assets(self.blend, self.pretrain.source_split)
+        self.assets = blend_assets(self.blend, blend_file)
         self.root, self.instance = root, instance
         self.resources = {"storage": StorageResource(root=str(root)), "lineage": lineage or WandbLineage()}
-        self.definitions = [*self.pretrain.definitions, *self.jsonl.definitions]
+        self.definitions = self.assets.definitions
         self.store = Storage(str(root))
 
     def run(self, asset, partitions=None, raise_on_error=True) -> dg.ExecuteInProcessResult:
@@ -56,17 +53,17 @@ class Pipeline:
                               raise_on_error=raise_on_error, resources=self.resources)
 
     def shard_keys(self) -> list[str]:
-        return self.instance.get_dynamic_partitions(self.jsonl.shard_partitions.name)
+        return self.instance.get_dynamic_partitions(self.assets.jsonl_shard.partitions_def.name)
 
     def plan(self) -> None:
-        self.run(self.pretrain.source_split, [e.name for e in self.blend.entries()])
+        self.run(self.assets.source_split, [e.name for e in self.blend.entries()])
 
     def shards(self, raise_on_error=True) -> dg.ExecuteInProcessResult:
-        return self.run(self.jsonl.jsonl_shard, self.shard_keys(), raise_on_error)
+        return self.run(self.assets.jsonl_shard, self.shard_keys(), raise_on_error)
 
     def all(self) -> list[dg.ExecuteInProcessResult]:
         self.plan()
-        return [self.shards(), self.run(self.jsonl.jsonl_manifest)]
+        return [self.shards(), self.run(self.assets.jsonl_manifest)]
 
     @property
     def out(self) -> Path:
@@ -214,7 +211,7 @@ def test_checks_passed_and_verify_finds_nothing(built):
 def test_a_second_materialize_rebuilds_nothing(built):
     files = sorted(p for p in built.out.rglob("*") if p.is_file())
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
-    shards, manifest = built.shards(), built.run(built.jsonl.jsonl_manifest)
+    shards, manifest = built.shards(), built.run(built.assets.jsonl_manifest)
     assert statuses(shards) == dict.fromkeys(built.shard_keys(), "up to date")
     assert statuses(manifest) == {None: "up to date"}
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files} == before
@@ -268,9 +265,9 @@ def test_adding_rows_moves_no_row_and_the_megatron_blend_leaves_jsonl_out(tmp_pa
     after = splits()
     assert len(after) == 100 and {k: after[k] for k in before} == before
 
-    pipeline.run(pipeline.pretrain.pretrain_shard, pipeline.instance.get_dynamic_partitions(
-        pipeline.pretrain.shard_partitions.name))
-    pipeline.run(pipeline.pretrain.megatron_blend)
+    pipeline.run(pipeline.assets.pretrain_shard, pipeline.instance.get_dynamic_partitions(
+        pipeline.assets.pretrain_shard.partitions_def.name))
+    pipeline.run(pipeline.assets.megatron_blend)
     listed = json.loads((tmp_path / "out" / "b" / "pretrain" / "blend.json").read_text())
     assert listed["train"][1::2] == [str(tmp_path / "out" / "b" / "pretrain" / "text" / "shard_00000")]
     report = collect_status(instance, pipeline.store, pipeline.blend)
@@ -293,9 +290,9 @@ def test_changing_compression_or_transform_makes_exactly_that_dataset_stale(samp
     assert "transform.name=\"sharegpt\", now \"passthrough\"" in stale["sharegpt_chat"]
     with pytest.raises(NotReady, match=r"2 JSONL shard\(s\) of rl_sample are not up to date: math_rl/shard_00000 "
                                        r"\(stale: built with compression"):
-        from nemotron_assets.defs.jsonl.steps import materialize_jsonl_manifest
+        from nemotron_assets.defs.jsonl.shard import jsonl_datasets, materialize_jsonl_manifest
 
-        materialize_jsonl_manifest(changed.store, changed.blend, "rl_sample")
+        materialize_jsonl_manifest(changed.store, "rl_sample", jsonl_datasets(changed.blend), "rl_sample")
 
     rebuilt = statuses(changed.shards())
     assert sorted(key for key, status in rebuilt.items() if status == "built") == [

@@ -109,9 +109,9 @@ def test_shards_built_in_forked_processes_are_the_bytes_built_in_the_step(tmp_pa
             messages[processes] = [entry.user_message for entry in fresh.all_logs(result.run_id)]
         files[processes] = _files(root)
     assert files[2] == files[1] and len(files[2]) >= 8
-    forked = [m for m in messages[2] if "processes forked from this step" in m]
-    assert len(forked) == 1 and forked[0].startswith("building ") and "in 2 processes" in forked[0]
-    assert not any("processes forked from this step" in m for m in messages[1])
+    forked = [m for m in messages[2] if " shard(s) in " in m]
+    assert len(forked) == 1 and forked[0].startswith(f"building {len(files[2]) // 2} shard(s) in 2 processes")
+    assert not any(" shard(s) in " in m for m in messages[1])
 
 
 def test_concatenated_shards_equal_the_single_shard_dataset(tmp_path):

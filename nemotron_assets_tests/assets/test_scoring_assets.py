@@ -28,18 +28,15 @@ from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.partitions import Scope
 from nemotron_assets.core.records import Receipt, read_receipt, write_receipt
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.scoring_settings import ScoringSettings
+from nemotron_assets.core.sections import ScoringSettings
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.assets import build_harmony_assets
-from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
-from nemotron_assets.defs.scoring.assets import build_scoring_assets
+from nemotron_assets.defs.harmony.pools import register_pool_parts
+from nemotron_assets.defs.scoring.inputs import Scoring
 from nemotron_assets.defs.scoring.model_files import locate_model
-from nemotron_assets.defs.scoring.parts import register_pool_parts
 from nemotron_assets.defs.scoring.rendering import conversation_from_row
-from nemotron_assets.defs.scoring.states import scoring_states
-from nemotron_assets.defs.scoring.verify import scoring_problems
-from nemotron_assets.defs.sft.assets import build_sft_assets
+from nemotron_assets.defs.scoring.status import scoring_problems, scoring_states
 from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.materialize_helpers import blend_assets
 from nemotron_assets_tests.scoring.conftest import build_tiny_llama, direct_nll_sum, transformers_render
 from nemotron_assets_tests.scoring.test_extra import HIDE_HEAVY
 
@@ -60,11 +57,9 @@ class ScoringPipeline:
         self.root, self.instance, self.blend = root, instance, blend
         self.lineage = lineage or WandbLineage()
         scope = Scope(blend.name)
-        pretrain = build_pretrain_assets(blend, SAMPLE, scope)
-        self.source_split = pretrain.source_split
-        self.harmony = build_harmony_assets(blend, pretrain.source_split, scope)
-        self.scoring = build_scoring_assets(blend, self.harmony, scope)
-        self.definitions = [pretrain.source_split, *self.harmony.definitions, *self.scoring.definitions]
+        self.assets = blend_assets(blend, SAMPLE, scope)
+        self.source_split = self.assets.source_split
+        self.definitions = self.assets.definitions
         self.families = [e.name for e in blend.datasets_of("harmony")]
 
     def run(self, asset, partitions=None):
@@ -75,22 +70,22 @@ class ScoringPipeline:
 
     def upstream(self) -> None:
         self.run(self.source_split, self.families)
-        self.run(self.harmony.harmony_shard, self.instance.get_dynamic_partitions(
-            self.harmony.shard_partitions.name))
-        self.run(self.harmony.harmony_dedup, self.families)
-        self.run(self.harmony.candidate_pool, [POOL])
-        self.run(self.harmony.embedding_view, [POOL])
+        self.run(self.assets.harmony_shard, self.instance.get_dynamic_partitions(
+            self.assets.harmony_shard.partitions_def.name))
+        self.run(self.assets.harmony_dedup, self.families)
+        self.run(self.assets.candidate_pool, [POOL])
+        self.run(self.assets.embedding_view, [POOL])
 
     @property
     def parts(self) -> list[str]:
-        return self.instance.get_dynamic_partitions(self.scoring.part_partitions.name)
+        return self.instance.get_dynamic_partitions(self.assets.nll_scores.partitions_def.name)
 
     def scores(self) -> dict:
         """The four scoring assets in order; the nll_scores run's per-partition metadata."""
-        nll = self.run(self.scoring.nll_scores, self.parts)
-        self.run(self.scoring.embeddings, [f"{view}/{POOL}" for view in VIEWS])
-        self.run(self.scoring.selected_pool, self.blend.scoring.selections())
-        self.run(self.scoring.near_duplicate_report)
+        nll = self.run(self.assets.nll_scores, self.parts)
+        self.run(self.assets.embeddings, [f"{view}/{POOL}" for view in VIEWS])
+        self.run(self.assets.selected_pool, self.blend.scoring.selections())
+        self.run(self.assets.near_duplicate_report)
         return materializations(nll)
 
     @property
@@ -208,11 +203,8 @@ def test_sft_from_may_name_a_selection(built):
 
     def plan_upstream(sft: dict) -> set[dg.AssetKey]:
         """The asset graph's upstream of sft_plan, built as definitions.py builds it."""
-        blend, scope = Blend.model_validate({**data, "name": "b", "sft": sft}), Scope("b")
-        source_split = build_pretrain_assets(blend, REPO / "blends" / "b.yaml", scope).source_split
-        harmony = build_harmony_assets(blend, source_split, scope)
-        scored = build_scoring_assets(blend, harmony, scope)
-        plan = build_sft_assets(blend, harmony, scope, selected_pool=scored.selected_pool).sft_plan
+        blend = Blend.model_validate({**data, "name": "b", "sft": sft})
+        plan = blend_assets(blend, REPO / "blends" / "b.yaml").sft_plan
         return plan.asset_deps[plan.key]
 
     selected = dg.AssetKey(["b", "selected_pool"])
@@ -240,14 +232,14 @@ def test_status_and_verify_see_a_changed_pool_part_and_a_corrupted_score_file(bu
     shutil.copytree(built.root, tmp_path / "data")
     store = Storage(str(tmp_path / "data"))
     name = built.blend.name
-    states = scoring_states(store, built.blend, name)
+    states = scoring_states(store, Scoring.of(built.blend), name)
     assert {s.asset: s.freshness.state.value for s in states if s.freshness.state.value != "done"} == {}
-    assert scoring_problems(store, built.blend) == []
+    assert scoring_problems(None, store, built.blend) == []
     scores = tmp_path / "data" / name / "scores" / "nll" / POOL / "part-00000.parquet"
     data = bytearray(scores.read_bytes())
     data[len(data) // 2] ^= 0xFF
     scores.write_bytes(bytes(data))
-    problems = scoring_problems(store, built.blend)
+    problems = scoring_problems(None, store, built.blend)
     by_path = {p.path: p.reason for p in problems}
     corrupted = store.url(f"{name}/scores/nll/{POOL}/part-00000.parquet")
     assert "changed after it was built" in by_path.pop(corrupted)
@@ -255,7 +247,7 @@ def test_status_and_verify_see_a_changed_pool_part_and_a_corrupted_score_file(bu
     pool_part = tmp_path / "data" / name / "pools" / POOL / "part-00000.parquet"
     table = read(pool_part)
     pq.write_table(table.slice(1), pool_part)  # the pool part changed after it was built
-    states = {(s.asset, s.key): s.freshness for s in scoring_states(store, built.blend, name)}
+    states = {(s.asset, s.key): s.freshness for s in scoring_states(store, Scoring.of(built.blend), name)}
     stale = states[("nll_scores", f"{POOL}/part-00000")]
     assert stale.state.value == "stale" and "pool part" in stale.reason
     assert states[("embeddings", f"prompt/{POOL}")].state.value == "stale"  # its view reads the pool too
@@ -322,9 +314,9 @@ def test_a_pool_in_two_parts_is_scored_embedded_selected_and_reported_whole(buil
     ids = split_pool_in_two(store, name, POOL)
     with dg.instance_for_test() as instance:
         pipeline = ScoringPipeline(tmp_path / "data", instance, built.blend)
-        register_pool_parts(instance, store, built.blend, Scope(name), None, POOL)  # as candidate_pool does
+        register_pool_parts(instance, store, (POOL,), Scope(name), None, POOL)  # as candidate_pool does
         assert pipeline.parts == [f"{POOL}/part-00000", f"{POOL}/part-00001"]
-        pipeline.run(pipeline.harmony.embedding_view, [POOL])
+        pipeline.run(pipeline.assets.embedding_view, [POOL])
         pipeline.scores()
     out = tmp_path / "data" / name
     scored = [read(out / "scores" / "nll" / POOL / f"part-0000{p}.parquet").to_pylist() for p in (0, 1)]

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -25,18 +26,44 @@ from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.partitions import Scope, sample_partitions_name
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.assets import build_harmony_assets
-from nemotron_assets.defs.pretrain.assets import build_pretrain_assets
-from nemotron_assets.defs.sft.assets import build_sft_assets
-from nemotron_assets.defs.sft.states import sft_status
-from nemotron_assets.defs.sft.verify import sft_problems
+from nemotron_assets.defs.sft.inputs import PackedSft
+from nemotron_assets.defs.sft.status import sft_problems, sft_states
 from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.materialize_helpers import blend_assets
 from nemotron_assets_tests.sft.test_writers import load_like_bridge
 
 SAMPLE = REPO / "blends" / "posttrain_sample.yaml"
 FIXTURES = REPO / "nemotron_assets_tests" / "sft" / "fixtures"
 SPLITS = ("train", "valid", "test")
 PACK_SIZE = 1024
+
+
+@dataclass
+class AssetStatus:
+    """One SFT asset's outputs: done, stale (key -> why) and missing."""
+
+    asset: str
+    done: int = 0
+    stale: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.done + len(self.stale) + len(self.missing)
+
+
+def sft_status(store: Storage, blend, base: str) -> list[AssetStatus]:
+    """The state of every packed-SFT output, per asset in pipeline order (defs/sft/status.py)."""
+    report = {name: AssetStatus(name) for name in ("sft_samples", "sft_plan", "sft_packed", "sft_manifest")}
+    for output in sft_states(store, PackedSft.of(blend), base):
+        status = report[output.asset]
+        if output.freshness.done:
+            status.done += 1
+        elif output.freshness.state.value == "stale":
+            status.stale[output.key] = output.freshness.reason
+        else:
+            status.missing.append(output.key)
+    return list(report.values())
 
 
 class SftPipeline:
@@ -49,11 +76,9 @@ class SftPipeline:
         self.sample, self.root, self.instance, self.endpoint_url = sample, root, instance, endpoint_url
         scope = Scope(self.blend.name, samples=sample is not None)
         self.scope = scope
-        pretrain = build_pretrain_assets(self.blend, SAMPLE, scope)
-        self.source_split = pretrain.source_split
-        self.harmony = build_harmony_assets(self.blend, pretrain.source_split, scope)
-        self.sft = build_sft_assets(self.blend, self.harmony, scope)
-        self.definitions = [pretrain.source_split, *self.harmony.definitions, *self.sft.definitions]
+        self.assets = blend_assets(self.blend, SAMPLE, scope)
+        self.source_split = self.assets.source_split
+        self.definitions = self.assets.definitions
         self.families = [e.name for e in self.blend.datasets_of("harmony")]
         if sample is not None:
             for what, names in (("datasets", self.families), ("family_datasets", self.families)):
@@ -78,19 +103,20 @@ class SftPipeline:
 
     def upstream(self) -> None:
         self.run(self.source_split, [self.scope.qualify(self.sample, d) for d in self.families])
-        self.run(self.harmony.harmony_shard, self.mine(self.keys(self.harmony.shard_partitions)))
-        self.run(self.harmony.harmony_dedup, [self.scope.qualify(self.sample, d) for d in self.families])
+        self.run(self.assets.harmony_shard, self.mine(self.keys(self.assets.harmony_shard.partitions_def)))
+        self.run(self.assets.harmony_dedup, [self.scope.qualify(self.sample, d) for d in self.families])
 
     def packed_sft(self, steps: int = 4) -> list:
         """sft_samples, sft_plan, sft_packed (every planned shard), sft_manifest (the first ``steps`` of them): the
         results of their runs."""
-        results = [self.run(self.sft.sft_samples, self.mine(self.keys(self.harmony.shard_partitions)))]
+        results = [self.run(self.assets.sft_samples, self.mine(self.keys(self.assets.harmony_shard.partitions_def)))]
         if steps > 1:
-            results.append(self.run(self.sft.sft_plan))
+            results.append(self.run(self.assets.sft_plan))
         if steps > 2:
-            results.append(self.run(self.sft.sft_packed, self.mine(self.keys(self.sft.shard_partitions))))
+            packed = self.assets.sft_packed
+            results.append(self.run(packed, self.mine(self.keys(packed.partitions_def))))
         if steps > 3:
-            results.append(self.run(self.sft.sft_manifest))
+            results.append(self.run(self.assets.sft_manifest))
         return results
 
     @property
@@ -121,7 +147,8 @@ def copy_of(built, tmp_path: Path, instance: dg.DagsterInstance, **sft_changes) 
                     ignore=lambda folder, names: ["samples"] if Path(folder) == full.out and twins.exists() else [])
     blend = full.blend.model_copy(update={"sft": full.blend.sft.model_copy(update=sft_changes)})
     pipeline = SftPipeline(tmp_path / "data", instance, blend)
-    instance.add_dynamic_partitions(pipeline.harmony.shard_partitions.name, full.keys(full.harmony.shard_partitions))
+    shards = pipeline.assets.harmony_shard.partitions_def
+    instance.add_dynamic_partitions(shards.name, full.keys(shards))
     return pipeline
 
 
@@ -241,7 +268,7 @@ def test_changing_pack_size_replans_and_repacks_without_rerendering(built, tmp_p
     with dg.instance_for_test() as instance:
         pipeline = copy_of(built, tmp_path, instance, pack_size=512)
         store = Storage(str(pipeline.root))
-        report = {s.asset: s for s in sft_status(store, pipeline.blend, pipeline.blend.name).assets}
+        report = {s.asset: s for s in sft_status(store, pipeline.blend, pipeline.blend.name)}
         assert report["sft_samples"].done == 11 and not report["sft_samples"].stale
         assert "packing.pack_size=1024, now 512" in report["sft_plan"].stale[""]
         assert len(report["sft_packed"].stale) == 3 and report["sft_manifest"].stale
@@ -255,7 +282,7 @@ def test_changing_pack_size_replans_and_repacks_without_rerendering(built, tmp_p
             for shard in (pipeline.out / "sft" / split).glob("shard_?????.parquet"):
                 assert all(len(b["input_ids"]) - len(b["seq_start_id"]) <= 512
                            for b in pq.read_table(shard).to_pylist())
-        assert {s.asset: s.done == s.total for s in sft_status(store, pipeline.blend, pipeline.blend.name).assets} \
+        assert {s.asset: s.done == s.total for s in sft_status(store, pipeline.blend, pipeline.blend.name)} \
             == dict.fromkeys(("sft_samples", "sft_plan", "sft_packed", "sft_manifest"), True)
 
 
@@ -263,7 +290,7 @@ def test_changing_the_template_rerenders(built, tmp_path):
     with dg.instance_for_test() as instance:
         pipeline = copy_of(built, tmp_path, instance, chat_template="chatml", tokenizer_model="o200k_harmony")
         store = Storage(str(pipeline.root))
-        stale = sft_status(store, pipeline.blend, pipeline.blend.name).assets[0].stale
+        stale = sft_status(store, pipeline.blend, pipeline.blend.name)[0].stale
         assert len(stale) == 11 and all("template.builtin=\"harmony\", now \"chatml\"" in why
                                         for why in stale.values()), stale
         (samples,) = pipeline.packed_sft(steps=1)
@@ -282,7 +309,7 @@ def test_a_template_failing_on_some_rows_counts_them_as_template_error(built, tm
     with dg.instance_for_test() as instance:
         pipeline = copy_of(built, tmp_path, instance, chat_template=str(template), tokenizer_model="o200k_harmony")
         keys = ["nemotron_agentic/shard_00000", "nemotron_science/shard_00000"]
-        result = pipeline.run(pipeline.sft.sft_samples, keys)
+        result = pipeline.run(pipeline.assets.sft_samples, keys)
         metadata = {m.partition: {k: v.value for k, v in m.metadata.items()}
                     for m in result.asset_materializations_for_node(result.all_node_events[0].node_name)}
         agentic, science = metadata[keys[0]], metadata[keys[1]]
@@ -301,7 +328,7 @@ def test_a_template_that_is_not_prefix_stable_fails_naming_it_and_leaves_nothing
         shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
         for suffix in (".arrow", ".json"):
             Path(f"{shard}{suffix}").unlink()
-        result = pipeline.run(pipeline.sft.sft_samples, ["nemotron_science/shard_00000"], raise_on_error=False)
+        result = pipeline.run(pipeline.assets.sft_samples, ["nemotron_science/shard_00000"], raise_on_error=False)
         assert not result.success
         failure = result.get_step_failure_events()[0].step_failure_data.error.message
         assert str(template) in failure and "not prefix-stable" in failure and "sft.chat_template" in failure
@@ -313,12 +340,12 @@ def test_status_and_verify_name_a_changed_or_corrupted_packed_shard(built, tmp_p
     with dg.instance_for_test() as instance:
         pipeline = copy_of(built, tmp_path, instance)
         store = Storage(str(pipeline.root))
-        assert sft_problems(store, pipeline.blend) == []
+        assert sft_problems(None, store, pipeline.blend) == []
         shard = pipeline.out / "sft" / "valid" / "shard_00000.parquet"
         shard.write_bytes(shard.read_bytes() + b"x")
-        problems = [str(p) for p in sft_problems(store, pipeline.blend)]
+        problems = [str(p) for p in sft_problems(None, store, pipeline.blend)]
         assert any(p.startswith(f"{shard}: stale: its .parquet file changed") for p in problems), problems
-        assert "valid/shard_00000" in sft_status(store, pipeline.blend, pipeline.blend.name).assets[2].stale
+        assert "valid/shard_00000" in sft_status(store, pipeline.blend, pipeline.blend.name)[2].stale
 
         # a buggy writer: the first user token of the first train sample trained, receipt rewritten to match
         train = pipeline.out / "sft" / "train" / "shard_00000"
@@ -331,7 +358,7 @@ def test_status_and_verify_name_a_changed_or_corrupted_packed_shard(built, tmp_p
         receipt["files"][".parquet"] = {"bytes": len(data), "sha256": __import__("hashlib").sha256(data).hexdigest()}
         receipt["committed"][".parquet"] = f"mtime_ns:{os.stat(f'{train}.parquet').st_mtime_ns}"
         Path(f"{train}.json").write_text(json.dumps(receipt))
-        problems = [str(p) for p in sft_problems(store, pipeline.blend) if "train/shard_00000" in str(p)]
+        problems = [str(p) for p in sft_problems(None, store, pipeline.blend) if "train/shard_00000" in str(p)]
         assert any("samples_match_plan" in p and "differs from the planned one" in p for p in problems), problems
         assert any("no_trained_token_on_masked_role" in p and "trained token(s) in masked span" in p
                    for p in problems), problems
@@ -353,13 +380,13 @@ def test_a_parquet_samples_file_of_the_format_before_is_rebuilt_as_arrow_and_rem
         receipt["files"] = {".parquet": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
         receipt["committed"] = {".parquet": f"mtime_ns:{os.stat(f'{shard}.parquet').st_mtime_ns}"}
         Path(f"{shard}.json").write_text(json.dumps(receipt))
-        stale = sft_status(store, pipeline.blend, pipeline.blend.name).assets[0].stale
+        stale = sft_status(store, pipeline.blend, pipeline.blend.name)[0].stale
         assert "format=\"sft-samples/3\", now \"sft-samples/4\"" in stale["nemotron_science/shard_00000"], stale
 
-        pipeline.run(pipeline.sft.sft_samples, ["nemotron_science/shard_00000"])
+        pipeline.run(pipeline.assets.sft_samples, ["nemotron_science/shard_00000"])
         assert not Path(f"{shard}.parquet").exists()
         assert pa.ipc.open_file(f"{shard}.arrow").read_all().equals(table)
-        assert sft_status(store, pipeline.blend, pipeline.blend.name).assets[0].stale == {}
+        assert sft_status(store, pipeline.blend, pipeline.blend.name)[0].stale == {}
 
 
 def test_verify_names_a_samples_file_whose_rows_differ_from_its_receipt(built, tmp_path):
@@ -377,6 +404,6 @@ def test_verify_names_a_samples_file_whose_rows_differ_from_its_receipt(built, t
         receipt["files"][".arrow"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         receipt["committed"][".arrow"] = f"mtime_ns:{os.stat(f'{shard}.arrow').st_mtime_ns}"
         Path(f"{shard}.json").write_text(json.dumps(receipt))
-        problems = [str(p) for p in sft_problems(store, pipeline.blend)]
+        problems = [str(p) for p in sft_problems(None, store, pipeline.blend)]
         assert f"{shard}.arrow: holds {table.num_rows - 1:,} samples, its receipt says {table.num_rows:,}" \
             in problems, problems

@@ -462,7 +462,7 @@ def test_difficulty_bin_from_correctness(correctness, bin_):
 
 def test_pure_modules_never_import_dagster():
     code = ("import sys; import nemotron_assets.normalize.families, nemotron_assets.defs.harmony.pools, "
-            "nemotron_assets.defs.harmony.harmony_shard, nemotron_assets.defs.harmony.embedding; "
+            "nemotron_assets.defs.harmony.build, nemotron_assets.defs.harmony.views; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -12,7 +12,7 @@ import pytest
 from openai_harmony import Author, Conversation, RenderConversationConfig, Role, TextContent
 from openai_harmony import Message as LibraryMessage
 
-from nemotron_assets.defs.harmony.harmony_shard import SCHEMA
+from nemotron_assets.defs.harmony.build import SCHEMA
 from nemotron_assets.normalize.base import NormalizedRow
 from nemotron_assets.normalize.canonical import assistant
 from nemotron_assets.normalize.families import normalize_row

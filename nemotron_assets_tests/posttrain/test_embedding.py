@@ -1,6 +1,6 @@
 """Embedding views: the behavior signature describes what was done, never the values."""
 
-from nemotron_assets.defs.harmony.embedding import answer_type, embed_text
+from nemotron_assets.defs.harmony.views import answer_type, embed_text
 from nemotron_assets.formats.harmony import Message, render_harmony
 
 

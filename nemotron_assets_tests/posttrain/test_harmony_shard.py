@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.defs.harmony.harmony_shard import SCHEMA, build_harmony_shard
+from nemotron_assets.defs.harmony.build import SCHEMA, build_harmony_shard
+from nemotron_assets.defs.sources.manifest import build_manifest, read_options
 from nemotron_assets.normalize.families import FAMILIES
 from nemotron_assets.sources.errors import InputError
-from nemotron_assets.sources.manifest import build_manifest, read_options
 
 FIXTURES = Path(__file__).parent.parent / "normalize" / "fixtures"
 

@@ -1,4 +1,4 @@
-"""Pool files (posttrain/pools.py `write_pool`): exactly the rows the predicate selects, in order, counted per
+"""Pool files (defs/harmony/pools.py `stage_pool`): exactly the rows the predicate selects, in order, counted per
 dataset, in row groups sized by bytes (so memory stays bounded whatever the rows' length). Read back with pyarrow."""
 
 import json
@@ -7,13 +7,12 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.pools import (
     ROW_GROUP_BYTES,
     ROW_OVERHEAD_BYTES,
     PoolThresholds,
     row_group_rows,
-    write_pool,
+    stage_pool,
 )
 
 
@@ -31,9 +30,8 @@ def rows(count: int, chars: int) -> pl.LazyFrame:
 
 @pytest.mark.parametrize(("count", "chars"), [(400, 200_000), (5000, 100)])
 def test_pool_holds_the_selected_rows_in_order_in_row_groups_of_bounded_bytes(tmp_path, count, chars):
-    store = Storage(str(tmp_path))
-    manifest = write_pool(store, "b", rows(count, chars), "tool_use", PoolThresholds())
-    path = tmp_path / "b" / "pools" / "tool_use" / "part-00000.parquet"
+    manifest = stage_pool(rows(count, chars), "tool_use", PoolThresholds(), tmp_path)
+    path = tmp_path / "part-00000.parquet"
     selected = [i for i in range(count) if i % 3 == 0]
     assert pq.read_table(path, columns=["id"]).column("id").to_pylist() == [f"id{i}" for i in selected]
     by_dataset = {"a": sum(i % 2 == 1 for i in selected), "b": sum(i % 2 == 0 for i in selected)}

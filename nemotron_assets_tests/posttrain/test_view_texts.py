@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.defs.harmony.embedding import (
+from nemotron_assets.defs.harmony.build import SCHEMA
+from nemotron_assets.defs.harmony.views import (
     PASS_THROUGH,
     VIEWS,
     answer_type,
@@ -25,7 +26,6 @@ from nemotron_assets.defs.harmony.embedding import (
     view_texts,
     write_view_files,
 )
-from nemotron_assets.defs.harmony.harmony_shard import SCHEMA
 from nemotron_assets.normalize.base import NormalizedRow, RowError, Skipped
 from nemotron_assets.normalize.canonical import canonical_messages
 from nemotron_assets.normalize.families import FAMILIES, normalize_row

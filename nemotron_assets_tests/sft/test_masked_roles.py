@@ -134,7 +134,7 @@ def test_only_tokens_wholly_inside_a_span_count():
 def test_masked_spans_travel_through_worker_processes():
     """The flat spans come back from a worker exactly as computed in this process."""
     from nemotron_assets.chat.chat_format import ChatFormatSpec
-    from nemotron_assets.defs.sft.render_pool import samples_in_processes
+    from nemotron_assets_tests.sft.render_in_processes import samples_in_processes
 
     conversation = ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                      {"role": "assistant", "content": "Hello."}], None)

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemotron_assets.core.layout import ShardKey, sft_samples_prefix
+from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft import pack_step
+from nemotron_assets.defs.sft.layout import sft_samples_prefix
 from nemotron_assets.defs.sft.pack_step import SAMPLE_SCHEMA, ShardSamples, read_samples
 from nemotron_assets.formats.packing import PackSettings, plan_bins
 

@@ -24,8 +24,8 @@ from nemotron_assets.chat.samples import (
     samples_for_conversations,
 )
 from nemotron_assets.chat.templates import JinjaChatTemplate, load_template
-from nemotron_assets.defs.sft.render_pool import samples_in_processes
 from nemotron_assets.sources.errors import InputError
+from nemotron_assets_tests.sft.render_in_processes import samples_in_processes
 from nemotron_assets_tests.sft.render_reference import (
     FIXTURES,
     as_list,

@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from nemotron_assets.chat.chat_format import ChatFormatSpec
-from nemotron_assets.core.layout import ShardKey, sft_samples_prefix
+from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.sft.layout import sft_samples_prefix
 from nemotron_assets.defs.sft.pack_step import read_samples
 from nemotron_assets.defs.sft.samples_step import BATCH_ROWS, build_samples_file
 from nemotron_assets.sources.errors import InputError

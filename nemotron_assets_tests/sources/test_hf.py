@@ -13,10 +13,10 @@ import zstandard
 from huggingface_hub import scan_cache_dir
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
+from nemotron_assets.defs.sources.manifest import build_manifest
 from nemotron_assets.sources.discovery import resolve_files
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.hf import resolve_hf
-from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets_tests.hub_cache import CachedRepo, add_repo, use_hub_cache
 
 

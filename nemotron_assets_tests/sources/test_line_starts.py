@@ -10,10 +10,10 @@ import json
 import pytest
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.records import SourceManifest
+from nemotron_assets.defs.sources.manifest import build_manifest
 from nemotron_assets.sources import readers
 from nemotron_assets.sources.files import SourceFile
-from nemotron_assets.sources.manifest import build_manifest
+from nemotron_assets.sources.manifest import SourceManifest
 from nemotron_assets.sources.readers import ReadOptions, ReadStats, count_rows_and_hash, iter_lines, iter_text_batches
 
 TEXTS = [f"row {i} " + "é" * (i % 7) + "x" * (i * 13 % 50) for i in range(300)]

@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
+from nemotron_assets.defs.sources.manifest import build_manifest, read_options
 from nemotron_assets.sources.discovery import resolve_files
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile, detect_format
-from nemotron_assets.sources.manifest import build_manifest, iter_shard_texts, read_options
+from nemotron_assets.sources.manifest import iter_shard_texts
 from nemotron_assets.sources.readers import (
     INVALID_UTF8,
     MALFORMED_JSON,

@@ -20,17 +20,18 @@ from tokenizers import Tokenizer, processors
 from transformers import AutoTokenizer
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.layout import ShardKey, shard_prefix
+from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.pretrain.build import BackendMismatch, build_shard
-from nemotron_assets.defs.pretrain.shard_step import materialize_shard
+from nemotron_assets.defs.pretrain.layout import shard_prefix
+from nemotron_assets.defs.sources.manifest import build_manifest
 from nemotron_assets.formats.megatron import DType, dtype_for_vocab
 from nemotron_assets.sources.errors import InputError
-from nemotron_assets.sources.manifest import build_manifest
 from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, assemble_documents, load_tokenizer
 from nemotron_assets.tokenize.encoders import FastokensEncoder, HFEncoder, choose_encoder
 from nemotron_assets.tokenize.loading import locate_tokenizer
 from nemotron_assets_tests.hub_cache import add_repo, use_hub_cache
+from nemotron_assets_tests.shards import build_one_shard
 from nemotron_assets_tests.tokenize.builders import (
     CORPUS,
     bert_like,
@@ -355,7 +356,7 @@ def test_build_shard_raises_backend_mismatch_when_fast_disagrees_on_real_data(tm
 
 
 @pytest.mark.parametrize("fast_is_wrong", [False, True], ids=["fast-agrees", "fast-disagrees"])
-def test_materialize_shard_rebuilds_with_the_reference_after_a_mismatch(tmp_path, monkeypatch, fast_is_wrong):
+def test_a_shard_is_rebuilt_with_the_reference_after_a_mismatch(tmp_path, monkeypatch, fast_is_wrong):
     texts = CORPUS + ["", "hello again"]
     data = tmp_path / "web.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
@@ -367,7 +368,7 @@ def test_materialize_shard_rebuilds_with_the_reference_after_a_mismatch(tmp_path
     if fast_is_wrong:
         corrupt_fastokens(monkeypatch)
     storage, logs = Storage(str(tmp_path / "out")), []
-    outcome = materialize_shard(storage, blend, manifest, ShardKey("web", 0), tokenizer, log=logs.append)
+    outcome = build_one_shard(storage, blend, manifest, ShardKey("web", 0), tokenizer, log=logs.append)
     assert outcome.status == "built"
     expected_backend = "hf-tokenizers" if fast_is_wrong else "fastokens"
     assert outcome.receipt.stats["backend"] == expected_backend

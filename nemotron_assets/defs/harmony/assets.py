@@ -1,27 +1,24 @@
-"""The post-training path of one blend, for datasets that name a ``family``:
+"""The Harmony curation path of one blend, for its datasets that name a ``family``:
 
-    source_split (shared with pretraining)
+    source_split (defs/sources/)
         -> harmony_shard (one partition per dataset shard): raw rows -> normalized Harmony Parquet
         -> harmony_dedup (one partition per dataset): which rows repeat an earlier row's text
         -> candidate_pool (one partition per pool): rows of every dataset that pass the pool's predicate
         -> embedding_view (one partition per pool): one text per row to embed, per view -> behavior_report
 
-The same factory builds the sample twins (partitions.py ``Scope``). Each asset resolves its inputs, calls one pure
-step (``posttrain/``), which commits files atomically, and reports per partition (reporting.py). Pools read every
+A ``harmony_shard`` run takes any range of shards and builds them at the same time in processes forked from its step
+(core/step.py ``ShardRun``). The same factory builds the sample twins (core/partitions.py). Pools read every
 normalized shard lazily with polars (projection and predicate pushdown, streaming sink).
 """
-
-from dataclasses import dataclass
 
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import ShardKey, harmony_shard_path, harmony_shard_prefix, pool_dir
-from nemotron_assets.core.lineage import HARMONY_SHARDS, WandbLineage
-from nemotron_assets.core.partitions import SHARDS_PER_RUN, Scope, harmony_partitions_name
-from nemotron_assets.core.records import SourceManifest, read_receipt, require_manifest
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.pipeline import Assets, BlendScope
+from nemotron_assets.core.records import read_receipt, require_manifest
 from nemotron_assets.core.reporting import (
     TRANSIENT_RETRIES,
     CheckOutcome,
@@ -31,17 +28,22 @@ from nemotron_assets.core.reporting import (
     permanent_errors_fail_at_once,
 )
 from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.core.sections import POOL_NAMES
+from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.dedup import repeated_ids
 from nemotron_assets.defs.harmony.downstream import (
+    Curation,
     materialize_dedup,
     materialize_pool,
     materialize_report,
     materialize_views,
 )
-from nemotron_assets.defs.harmony.harmony_step import HarmonyOutcome, materialize_harmony_shard
-from nemotron_assets.defs.harmony.pools import POOL_NAMES, PoolThresholds, rows_outside_predicate
-from nemotron_assets.defs.scoring.parts import register_pool_parts
+from nemotron_assets.defs.harmony.layout import harmony_shard_path, harmony_shard_prefix, pool_dir
+from nemotron_assets.defs.harmony.lineage import log_harmony_shards, log_pools
+from nemotron_assets.defs.harmony.pools import PoolThresholds, register_pool_parts, rows_outside_predicate
+from nemotron_assets.defs.harmony.shard import shard_build
+from nemotron_assets.sources.manifest import SourceManifest
 
 ROWS_MATCH_SOURCE = "rows_match_source_minus_drops"
 IDS_UNIQUE = "ids_unique_after_dedup"
@@ -54,6 +56,12 @@ REBUILD_WHEN_INPUTS_CHANGE = dg.AutomationCondition.eager()
 
 class RebuildConfig(dg.Config):
     force: bool = Field(False, description="Rebuild outputs even when their receipt says they are up to date.")
+
+
+class ShardRunConfig(RebuildConfig):
+    build_processes: int = Field(0, description="Shards of this run built at the same time, each in a process forked "
+                                                "from the step: 0 = one per core (at most 8); 1 = one after the "
+                                                "other in the step.")
 
 
 class PoolConfig(RebuildConfig):
@@ -70,64 +78,49 @@ class PoolConfig(RebuildConfig):
                               self.include_placeholder_prompts)
 
 
-@dataclass(frozen=True)
-class HarmonyAssets:
-    harmony_shard: dg.AssetsDefinition
-    harmony_dedup: dg.AssetsDefinition
-    candidate_pool: dg.AssetsDefinition
-    embedding_view: dg.AssetsDefinition
-    behavior_report: dg.AssetsDefinition
-    family_partitions: dg.PartitionsDefinition
-    shard_partitions: dg.DynamicPartitionsDefinition
-    pool_partitions: dg.PartitionsDefinition
-
-    @property
-    def definitions(self) -> list:
-        return [self.harmony_shard, self.harmony_dedup, self.candidate_pool, self.embedding_view,
-                self.behavior_report]
-
-    @property
-    def rebuilt_when_inputs_change(self) -> list[dg.AssetsDefinition]:
-        return [self.harmony_dedup, self.candidate_pool, self.embedding_view, self.behavior_report]
-
-
-def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition, scope: Scope | None = None) -> HarmonyAssets:
-    """Assets of the blend's family datasets; ``source_split`` is the same scope's (full build or samples)."""
-    scope = scope or Scope(blend.name)
-    families = [e.name for e in blend.entries() if e.family]
-    family_partitions = scope.partitions("family_datasets", dg.StaticPartitionsDefinition(families))
-    shard_partitions = scope.partitions("harmony_shards",
-                                        dg.DynamicPartitionsDefinition(name=harmony_partitions_name(blend.name)))
+def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
+    """The Harmony curation assets of one blend's full build (or of its samples)."""
+    blend, scope = blend_scope.blend, blend_scope.scope
+    curation = Curation.of(blend)
+    scored = tuple(blend.scoring.pools) if blend.scoring is not None else ()
+    family_partitions = scope.partitions("family_datasets", dg.StaticPartitionsDefinition(list(curation.datasets)))
     pool_partitions = scope.partitions("pools", dg.StaticPartitionsDefinition(list(POOL_NAMES)))
-    report_partitions = scope.partitions("blend", None)
     automation = None if scope.samples else REBUILD_WHEN_INPUTS_CHANGE
+    shard_key = dg.AssetKey(scope.key("harmony_shard"))
 
     @partitioned_asset(
-        scope.key("harmony_shard"), group=scope.group, partitions_def=shard_partitions, kinds={"parquet"},
-        deps=[dg.AssetDep(source_split, partition_mapping=dg.AllPartitionMapping())],
+        scope.key("harmony_shard"), group=scope.group, partitions_def=scope.dynamic("harmony_shards"),
+        kinds={"parquet"}, deps=[dg.AssetDep(upstream["source_split"], partition_mapping=dg.AllPartitionMapping())],
         checks={ROWS_MATCH_SOURCE: "rows in the Parquet = source rows read - counted drops"},
-        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN),
-        retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
         description="Normalizes one shard of a post-training dataset into Harmony text + metadata (Parquet, zstd).",
     )
-    def harmony_shard(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
+    def harmony_shard(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource,
                       lineage: WandbLineage):
         store = storage.get()
         manifests: dict[str, SourceManifest] = {}
         built: list[tuple[str, dict]] = []
 
         def build(partition: str) -> dict:
-            metadata = normalize_shard(context, store, blend, scope, manifests, partition, config.force)
-            built.append((partition, metadata))
+            outcome = run.outcome(partition)
+            stats = outcome.receipt.stats
+            context.log.info(f"{partition}: {outcome.status}, {stats['records']:,} rows ({stats['valid_harmony']:,} "
+                             "valid Harmony)")
+            sample, _ = scope.split(partition)
+            metadata = shard_metadata(outcome, store.url(harmony_shard_path(scope.base(sample),
+                                                                            ShardKey.parse(outcome.key))))
+            built.append((outcome.key, metadata))
             return metadata
 
         try:
-            yield from materialize_partitions(
-                context, dg.AssetKey(scope.key("harmony_shard")), context.partition_keys, build,
-                check=lambda partition: [check_shard_rows(store, scope, partition)])
+            with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes) as run:
+                if shard_key in context.selected_asset_keys:
+                    run.plan(shard_builds(store, curation, scope, context.partition_keys, manifests))
+                yield from materialize_partitions(context, shard_key, context.partition_keys, build,
+                                                  check=lambda partition: [check_shard_rows(store, scope, partition)])
         finally:
             if not scope.samples and built:
-                lineage.log_shards(context, store, blend.name, built, manifests, HARMONY_SHARDS)
+                log_harmony_shards(lineage, context, store, blend.name, built, manifests)
 
     @partitioned_asset(
         scope.key("harmony_dedup"), group=scope.group, automation_condition=automation,
@@ -139,10 +132,25 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition, scope:
     )
     def harmony_dedup(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
-        yield from materialize_partitions(
-            context, dg.AssetKey(scope.key("harmony_dedup")), context.partition_keys,
-            build=lambda partition: find_dataset_duplicates(context, store, blend, scope, partition, config.force),
-            check=lambda partition: [check_ids_unique(store, blend, scope, partition)])
+
+        def build(partition: str) -> dict:
+            sample, dataset = scope.split(partition)
+            outcome = materialize_dedup(store, curation, scope.base(sample), dataset, config.force, context.log.info)
+            stats = outcome.receipt.stats
+            context.log.info(f"{partition}: {outcome.status}, {stats['duplicates']:,} duplicate(s) of "
+                             f"{stats['rows']:,} rows")
+            return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
+                    "duplicates": dg.MetadataValue.int(stats["duplicates"]),
+                    "unique": dg.MetadataValue.int(stats["rows"] - stats["duplicates"]),
+                    "mode": dg.MetadataValue.text(curation.dedup)}
+
+        def check(partition: str) -> list[CheckOutcome]:
+            sample, dataset = scope.split(partition)
+            repeated = repeated_ids(store, curation.datasets[dataset], scope.base(sample))
+            return [CheckOutcome(IDS_UNIQUE, repeated == 0, {"ids_still_repeated": repeated})]
+
+        yield from materialize_partitions(context, dg.AssetKey(scope.key("harmony_dedup")), context.partition_keys,
+                                          build, check)
 
     @partitioned_asset(
         scope.key("candidate_pool"), group=scope.group, automation_condition=automation,
@@ -158,19 +166,31 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition, scope:
         built: list[tuple[str, dict]] = []
 
         def build(partition: str) -> dict:
-            metadata = select_pool(context, store, blend, scope, partition, config.thresholds(), config.force)
+            sample, pool = scope.split(partition)
+            base = scope.base(sample)
+            outcome = materialize_pool(store, curation, base, pool, config.thresholds(), config.force,
+                                       context.log.info)
+            register_pool_parts(context.instance, store, scored, scope, sample, pool)
+            stats = outcome.receipt.stats
+            context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} rows")
+            metadata = {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
+                        "rows_by_dataset": dg.MetadataValue.json(stats["rows_by_dataset"]),
+                        "path": dg.MetadataValue.path(store.url(pool_dir(base, pool)))}
             built.append((partition, metadata))
             return metadata
 
+        def check(partition: str) -> list[CheckOutcome]:
+            sample, pool = scope.split(partition)
+            outside = rows_outside_predicate(store, scope.base(sample), pool)
+            return [CheckOutcome(ROWS_SATISFY_PREDICATE, outside == 0, {"rows_outside_predicate": outside})]
+
         try:
-            yield from materialize_partitions(
-                context, dg.AssetKey(scope.key("candidate_pool")), context.partition_keys, build,
-                check=lambda partition: [check_pool_predicate(store, scope, partition)])
+            yield from materialize_partitions(context, dg.AssetKey(scope.key("candidate_pool")),
+                                              context.partition_keys, build, check)
         finally:
             if not scope.samples and built:
-                manifests = {e.name: require_manifest(store, blend.name, blend.name, e.name)
-                             for e in blend.entries() if e.family}
-                lineage.log_pools(context, store, blend.name, built, manifests)
+                manifests = {name: require_manifest(store, blend.name, blend.name, name) for name in curation.datasets}
+                log_pools(lineage, context, store, blend.name, built, manifests)
 
     @partitioned_asset(
         scope.key("embedding_view"), group=scope.group, automation_condition=automation,
@@ -181,78 +201,55 @@ def build_harmony_assets(blend: Blend, source_split: dg.AssetsDefinition, scope:
     )
     def embedding_view(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
-        yield from materialize_partitions(
-            context, dg.AssetKey(scope.key("embedding_view")), context.partition_keys,
-            build=lambda partition: view_pool(store, blend, scope, partition, config.force))
+
+        def build(partition: str) -> dict:
+            sample, pool = scope.split(partition)
+            outcomes = materialize_views(store, curation, scope.base(sample), pool, config.force, context.log.info)
+            return {"status": dg.MetadataValue.text(outcomes[0].status),
+                    "rows": dg.MetadataValue.int(outcomes[0].receipt.stats["rows"])}
+
+        yield from materialize_partitions(context, dg.AssetKey(scope.key("embedding_view")), context.partition_keys,
+                                          build)
 
     @dg.asset(
-        key=scope.key("behavior_report"), group_name=scope.group, partitions_def=report_partitions,
+        key=scope.key("behavior_report"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
         automation_condition=automation,
         deps=[embedding_view], kinds={"markdown"}, retry_policy=TRANSIENT_RETRIES,
         description="Tool-call coverage and uniqueness of every pool's behavior view: a collapsed view shows "
                     "as few distinct signatures.",
     )
     def behavior_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
-        sample, _ = scope.split(context.partition_keys[0]) if scope.samples else (None, None)
         with permanent_errors_fail_at_once():
-            outcome, report = materialize_report(storage.get(), blend, scope.base(sample), config.force)
+            outcome, report = materialize_report(storage.get(), curation, scope.base(scope.sample_of(context)),
+                                                 config.force, context.log.info)
         return dg.MaterializeResult(metadata={"status": dg.MetadataValue.text(outcome.status),
                                               "report": dg.MetadataValue.md(report)})
 
-    return HarmonyAssets(harmony_shard, harmony_dedup, candidate_pool, embedding_view, behavior_report,
-                         family_partitions, shard_partitions, pool_partitions)
+    return {"harmony_shard": harmony_shard, "harmony_dedup": harmony_dedup, "candidate_pool": candidate_pool,
+            "embedding_view": embedding_view, "behavior_report": behavior_report}
 
 
 # --- the steps ------------------------------------------------------------------------------------------------
-def normalize_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope,
-                    manifests: dict[str, SourceManifest], partition: str, force: bool) -> dict:
-    sample, shard = scope.split(partition)
-    key = ShardKey.parse(shard)
-    base = scope.base(sample)
-    if key.dataset not in manifests:
-        manifests[key.dataset] = require_manifest(store, blend.name, base, key.dataset)
-    outcome = materialize_harmony_shard(store, blend, manifests[key.dataset], key, force=force,
-                                        log=context.log.info, base=base)
-    stats = outcome.receipt.stats
-    context.log.info(f"{partition}: {outcome.status}, {stats['records']:,} rows ({stats['valid_harmony']:,} "
-                     "valid Harmony)")
-    return shard_metadata(outcome, store.url(harmony_shard_path(base, key)))
-
-
-def find_dataset_duplicates(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope,
-                            partition: str, force: bool) -> dict:
-    sample, dataset = scope.split(partition)
-    outcome = materialize_dedup(store, blend, scope.base(sample), dataset, force)
-    stats = outcome.receipt.stats
-    context.log.info(f"{partition}: {outcome.status}, {stats['duplicates']:,} duplicate(s) of {stats['rows']:,} rows")
-    return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
-            "duplicates": dg.MetadataValue.int(stats["duplicates"]),
-            "unique": dg.MetadataValue.int(stats["rows"] - stats["duplicates"]),
-            "mode": dg.MetadataValue.text(blend.dedup)}
-
-
-def select_pool(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope, partition: str,
-                thresholds: PoolThresholds, force: bool) -> dict:
-    sample, pool = scope.split(partition)
-    base = scope.base(sample)
-    outcome = materialize_pool(store, blend, base, pool, thresholds, force)
-    register_pool_parts(context.instance, store, blend, scope, sample, pool)  # nll_scores' partitions, if scored
-    stats = outcome.receipt.stats
-    context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} rows")
-    return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
-            "rows_by_dataset": dg.MetadataValue.json(stats["rows_by_dataset"]),
-            "path": dg.MetadataValue.path(store.url(pool_dir(base, pool)))}
-
-
-def view_pool(store: Storage, blend: Blend, scope: Scope, partition: str, force: bool) -> dict:
-    sample, pool = scope.split(partition)
-    outcomes = materialize_views(store, blend, scope.base(sample), pool, force)
-    return {"status": dg.MetadataValue.text(outcomes[0].status),
-            "rows": dg.MetadataValue.int(outcomes[0].receipt.stats["rows"])}
+def shard_builds(store: Storage, curation: Curation, scope, partitions: list[str],
+                 manifests: dict[str, SourceManifest]) -> dict[str, ShardBuild | Exception]:
+    """Each partition's shard in its dataset's current plan; a partition that has none gets its error, which its own
+    outcome raises (the others go on)."""
+    builds: dict[str, ShardBuild | Exception] = {}
+    for partition in partitions:
+        sample, shard = scope.split(partition)
+        key = ShardKey.parse(shard)
+        try:
+            if key.dataset not in manifests:
+                manifests[key.dataset] = require_manifest(store, curation.blend, scope.base(sample), key.dataset)
+            builds[partition] = shard_build(curation.datasets[key.dataset], manifests[key.dataset], key,
+                                            scope.base(sample))
+        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
+            builds[partition] = exc
+    return builds
 
 
 # --- the checks (re-read what was committed) ------------------------------------------------------------------
-def check_shard_rows(store: Storage, scope: Scope, partition: str) -> CheckOutcome:
+def check_shard_rows(store: Storage, scope, partition: str) -> CheckOutcome:
     sample, shard = scope.split(partition)
     prefix = harmony_shard_prefix(scope.base(sample), ShardKey.parse(shard))
     receipt = read_receipt(store, prefix)
@@ -264,20 +261,8 @@ def check_shard_rows(store: Storage, scope: Scope, partition: str) -> CheckOutco
     return CheckOutcome(ROWS_MATCH_SOURCE, stored == expected, {"rows_stored": stored, "rows_expected": expected})
 
 
-def check_ids_unique(store: Storage, blend: Blend, scope: Scope, partition: str) -> CheckOutcome:
-    sample, dataset = scope.split(partition)
-    repeated = repeated_ids(store, blend, scope.base(sample), dataset)
-    return CheckOutcome(IDS_UNIQUE, repeated == 0, {"ids_still_repeated": repeated})
-
-
-def check_pool_predicate(store: Storage, scope: Scope, partition: str) -> CheckOutcome:
-    sample, pool = scope.split(partition)
-    outside = rows_outside_predicate(store, scope.base(sample), pool)
-    return CheckOutcome(ROWS_SATISFY_PREDICATE, outside == 0, {"rows_outside_predicate": outside})
-
-
 # --- metadata -----------------------------------------------------------------------------------------------
-def shard_metadata(outcome: HarmonyOutcome, url: str) -> dict:
+def shard_metadata(outcome: Outcome, url: str) -> dict:
     stats = outcome.receipt.stats
     return {
         **outcome_metadata(outcome),

@@ -3,7 +3,7 @@
 The first occurrence in (shard, row) order wins, which is (dataset, split, file, row) order because shards are
 contiguous ranges of the sorted files. It runs after every shard exists, on the ``id`` column only, so it is
 correct however the shards were built (in parallel, in any order). Every planned shard must be up to date
-(records.py): deduplicating a mix of old and new shards would silently keep or drop the wrong rows.
+(core/records.py): deduplicating a mix of old and new shards would silently keep or drop the wrong rows.
 
 Memory: exact dedup must hold the ids it compares, ~70 bytes per row. Up to `BUCKET_ROWS` rows that is one pass;
 above, the ids are split by a hash into buckets of about that many rows, deduplicated one bucket after the other
@@ -15,25 +15,19 @@ every row that repeats an earlier one.
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import polars as pl
 
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import ShardKey, duplicates_path, harmony_shard_path, harmony_shard_prefix
-from nemotron_assets.core.records import NotReady, SourceManifest, freshness, read_manifest
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import NotReady, read_manifest
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.harmony_step import shard_inputs
+from nemotron_assets.defs.harmony.layout import duplicates_path, harmony_shard_path
+from nemotron_assets.defs.harmony.shard import HarmonyDataset, harmony_freshness
+from nemotron_assets.sources.manifest import SourceManifest
 
 SHOWN = 10
 #: Rows whose ids one dedup pass holds in memory (about 150 MB of them); bigger datasets are split in buckets.
 BUCKET_ROWS = 2_000_000
-
-
-@dataclass(frozen=True)
-class DedupStats:
-    rows: int
-    duplicates: int
 
 
 def find_duplicates(shard_paths: list[str], storage_options: dict | None = None,
@@ -65,44 +59,30 @@ def _buckets(ids: pl.LazyFrame, bucket_rows: int) -> Iterator[pl.DataFrame]:
         yield ids.filter(pl.col("id").hash(seed=0) % count == bucket).collect(engine="streaming")
 
 
-def current_shards(store: Storage, blend: Blend, base: str, manifest: SourceManifest) -> list[str]:
+def current_shards(store: Storage, dataset: HarmonyDataset, base: str, manifest: SourceManifest) -> list[str]:
     """The dataset's planned Harmony shard files, in plan order; ``NotReady`` naming every shard that is not up
     to date (a missing one would hide duplicates, a stale one would mix old rows in)."""
-    entry = blend.entry(manifest.dataset)
     not_done: dict[str, list[str]] = {}
     for shard in manifest.shards:
-        key = ShardKey(manifest.dataset, shard.index)
-        state = freshness(store, harmony_shard_prefix(base, key), shard_inputs(blend, entry, manifest, shard.index))
+        state = harmony_freshness(store, dataset, base, manifest, shard.index)
         if not state.done:
+            key = ShardKey(manifest.dataset, shard.index)
             not_done.setdefault(f"{state.state.value}: {state.reason}", []).append(str(key))
     if not_done:
         reasons = "; ".join(f"{len(keys)} {why}: {', '.join(keys[:SHOWN])}" for why, keys in not_done.items())
         raise NotReady(f"Harmony shards of {manifest.dataset!r} are not up to date ({reasons}); materialize "
-                       f"{blend.name}/harmony_shard for them first")
+                       f"{dataset.blend}/harmony_shard for them first")
     return [harmony_shard_path(base, ShardKey(manifest.dataset, s.index)) for s in manifest.shards]
 
 
-def dedup_dataset(store: Storage, blend: Blend, base: str, dataset: str) -> DedupStats:
-    """Find and commit the dataset's duplicates (staged, then committed atomically)."""
-    paths = current_shards(store, blend, base, read_manifest(store, base, dataset))
-    duplicates = find_duplicates([store.url(p) for p in paths], store.polars_options())
-    with store.staging() as folder:
-        staged = folder / "duplicates.parquet"
-        duplicates.write_parquet(staged, compression="zstd")
-        store.commit(staged, duplicates_path(base, dataset))
-    rows = sum(pl.scan_parquet(store.url(p), storage_options=store.polars_options()).select(pl.len())
-               .collect().item() for p in paths)
-    return DedupStats(rows, len(duplicates))
-
-
-def deduplicated_rows(store: Storage, blend: Blend, base: str, dataset: str) -> pl.LazyFrame:
+def deduplicated_rows(store: Storage, dataset: HarmonyDataset, base: str) -> pl.LazyFrame:
     """A dataset's rows without the ones its dedup result marks as repeats, ``quality_is_duplicate`` false (lazy)."""
     options = store.polars_options()
-    manifest = read_manifest(store, base, dataset)
+    manifest = read_manifest(store, base, dataset.name)
     frames = [pl.scan_parquet(store.url(path), storage_options=options).with_row_index("_row")
               .with_columns(pl.lit(index, dtype=pl.Int64).alias("_shard"))
-              for index, path in enumerate(current_shards(store, blend, base, manifest))]
-    duplicates = (pl.scan_parquet(store.url(duplicates_path(base, dataset)), storage_options=options)
+              for index, path in enumerate(current_shards(store, dataset, base, manifest))]
+    duplicates = (pl.scan_parquet(store.url(duplicates_path(base, dataset.name)), storage_options=options)
                   .select(pl.col("shard").alias("_shard"), pl.col("row").alias("_row"),
                           pl.lit(True).alias("_duplicate")))
     joined = pl.concat(frames, how="vertical").with_columns(pl.col("_row").cast(pl.Int64)).join(
@@ -111,9 +91,9 @@ def deduplicated_rows(store: Storage, blend: Blend, base: str, dataset: str) -> 
         ~pl.col("quality_is_duplicate")).drop("_row", "_shard", "_duplicate")
 
 
-def repeated_ids(store: Storage, blend: Blend, base: str, dataset: str, bucket_rows: int = BUCKET_ROWS) -> int:
+def repeated_ids(store: Storage, dataset: HarmonyDataset, base: str, bucket_rows: int = BUCKET_ROWS) -> int:
     """Ids that still occur more than once after removing the duplicates (the dedup check: must be 0)."""
-    return count_repeated(deduplicated_rows(store, blend, base, dataset).select("id"), bucket_rows)
+    return count_repeated(deduplicated_rows(store, dataset, base).select("id"), bucket_rows)
 
 
 def count_repeated(ids: pl.LazyFrame, bucket_rows: int = BUCKET_ROWS) -> int:

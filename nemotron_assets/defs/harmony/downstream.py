@@ -1,4 +1,4 @@
-"""The steps after the Harmony shards, each with a receipt, so they are up to date by the same definition:
+"""The steps after the Harmony shards, each built and committed as every output is (core/step.py):
 
     harmony_dedup   <base>/harmony/<dataset>/duplicates.parquet   (+ duplicates.json receipt)
     candidate_pool  <base>/pools/<pool>/part-00000.parquet         (+ part-00000.json receipt, manifest.json)
@@ -16,13 +16,27 @@ order, then shard and row order).
 """
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import polars as pl
 import pyarrow.parquet as pq
 
 from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import (
-    ShardKey,
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import (
+    NotReady,
+    Receipt,
+    freshness,
+    freshness_when_ready,
+    read_receipt,
+    require_manifest,
+)
+from nemotron_assets.core.sections import POOL_NAMES
+from nemotron_assets.core.status import OutputState
+from nemotron_assets.core.step import Outcome, Output, Staged, build_output, build_outputs
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.dedup import current_shards, find_duplicates
+from nemotron_assets.defs.harmony.layout import (
     behavior_report_path,
     duplicates_path,
     embedding_view_path,
@@ -30,22 +44,10 @@ from nemotron_assets.core.layout import (
     pool_part_path,
     pool_path,
 )
-from nemotron_assets.core.records import (
-    Freshness,
-    NotReady,
-    Receipt,
-    freshness,
-    freshness_when_ready,
-    read_receipt,
-    rebuild_reason,
-    require_manifest,
-    write_receipt,
-)
-from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.behavior_report import write_behavior_report
-from nemotron_assets.defs.harmony.dedup import current_shards, find_duplicates
-from nemotron_assets.defs.harmony.embedding import VIEWS, write_views
-from nemotron_assets.defs.harmony.pools import POOL_NAMES, PoolThresholds, blend_rows, pool_part_numbers, write_pool
+from nemotron_assets.defs.harmony.pools import PoolThresholds, blend_rows, pool_part_numbers, stage_pool
+from nemotron_assets.defs.harmony.report import behavior_markdown
+from nemotron_assets.defs.harmony.shard import HarmonyDataset, harmony_datasets
+from nemotron_assets.defs.harmony.views import VIEWS, stage_views
 
 DEDUP_FORMAT = "harmony-dedup/1"
 POOL_FORMAT = "candidate-pool/1"
@@ -54,13 +56,19 @@ REPORT_FORMAT = "behavior-report/1"
 
 
 @dataclass(frozen=True)
-class StepOutcome:
-    status: str  # "built" or "up to date"
-    receipt: Receipt
-    rebuilt_because: str = ""
+class Curation:
+    """What of the blend the steps after the shards use: its family datasets in blend order, and the dedup mode."""
+
+    blend: str
+    datasets: dict[str, HarmonyDataset]
+    dedup: str  # per_dataset or across_datasets
+
+    @classmethod
+    def of(cls, blend: Blend) -> "Curation":
+        return cls(blend.name, harmony_datasets(blend), blend.dedup)
 
 
-def _prefix(relative: str) -> str:
+def prefix_of(relative: str) -> str:
     return relative.rsplit(".", 1)[0]
 
 
@@ -72,116 +80,7 @@ def _done_receipt(store: Storage, prefix: str, what: str, materialize: str) -> R
     return receipt
 
 
-def _file_versions(receipt: Receipt) -> dict:
-    return {suffix: recorded["sha256"] for suffix, recorded in receipt.files.items()}
-
-
-def _run(store: Storage, prefix: str, inputs: dict, force: bool, build) -> StepOutcome:
-    """Skip when up to date, else build (``build`` commits the files and returns the receipt's files and stats)
-    and write the receipt last."""
-    current = freshness(store, prefix, inputs)
-    because = rebuild_reason(current, force)
-    if because is None:
-        return StepOutcome("up to date", current.receipt)
-    store.delete(f"{prefix}.json")
-    files, stats = build()
-    receipt = write_receipt(store, prefix, Receipt(kind=inputs["format"], key=prefix, inputs=inputs, files=files,
-                                                   stats=stats))
-    return StepOutcome("built", receipt, because)
-
-
-def _committed(store: Storage, relative: str, suffix: str) -> dict:
-    return {suffix: {"bytes": store.size(relative), "sha256": store.sha256(relative)}}
-
-
-# --- dedup --------------------------------------------------------------------------------------------------------
-def dedup_inputs(store: Storage, blend: Blend, base: str, dataset: str) -> tuple[dict, list[list[str]]]:
-    """(inputs, shard files per dataset read) of one dataset's dedup: its own shards, and with ``across_datasets``
-    every family dataset's before it in the blend."""
-    families = [e.name for e in blend.entries() if e.family]
-    read = families[: families.index(dataset) + 1] if blend.dedup == "across_datasets" else [dataset]
-    paths, versions = [], {}
-    for name in read:
-        manifest = require_manifest(store, blend.name, base, name)
-        dataset_paths = current_shards(store, blend, base, manifest)
-        paths.append(dataset_paths)
-        for shard in manifest.shards:
-            prefix = harmony_shard_prefix(base, ShardKey(name, shard.index))
-            versions[str(ShardKey(name, shard.index))] = _file_versions(read_receipt(store, prefix))[".parquet"]
-    return {"format": DEDUP_FORMAT, "mode": blend.dedup, "shards": versions}, paths
-
-
-def materialize_dedup(store: Storage, blend: Blend, base: str, dataset: str, force: bool = False) -> StepOutcome:
-    """The dataset's duplicates: rows whose id an earlier row already has (see the module docstring)."""
-    inputs, paths = dedup_inputs(store, blend, base, dataset)
-    relative = duplicates_path(base, dataset)
-
-    def build() -> tuple[dict, dict]:
-        earlier = [path for dataset_paths in paths[:-1] for path in dataset_paths]
-        own = paths[-1]
-        found = find_duplicates([store.url(p) for p in earlier + own], store.polars_options())
-        # only this dataset's rows are its duplicates; shard numbers count from its own first shard
-        mine = found.filter(pl.col("shard") >= len(earlier)).with_columns(pl.col("shard") - len(earlier))
-        rows = sum(_rows(store, p) for p in own)
-        with store.staging() as folder:
-            staged = folder / "duplicates.parquet"
-            mine.write_parquet(staged, compression="zstd")
-            store.commit(staged, relative)
-        return _committed(store, relative, ".parquet"), {"rows": rows, "duplicates": len(mine)}
-
-    return _run(store, _prefix(relative), inputs, force, build)
-
-
-def _rows(store: Storage, relative: str) -> int:
-    with store.open(relative) as stream:
-        return pq.ParquetFile(stream).metadata.num_rows
-
-
-# --- pools --------------------------------------------------------------------------------------------------------
-def pool_inputs(store: Storage, blend: Blend, base: str, thresholds: PoolThresholds) -> dict:
-    """Every family dataset's shards and dedup result the pools read, and the thresholds."""
-    datasets = {}
-    for entry in [e for e in blend.entries() if e.family]:
-        dedup = _done_receipt(store, _prefix(duplicates_path(base, entry.name)), f"dedup of {entry.name!r}",
-                              f"{blend.name}/harmony_dedup partition {entry.name!r}")
-        expected, _ = dedup_inputs(store, blend, base, entry.name)
-        if dedup.inputs != expected:
-            raise NotReady(f"the dedup result of {entry.name!r} is stale (its shards changed): materialize "
-                           f"{blend.name}/harmony_dedup partition {entry.name!r} first")
-        datasets[entry.name] = {"shards": expected["shards"], "duplicates": _file_versions(dedup)[".parquet"]}
-    return {"format": POOL_FORMAT, "thresholds": asdict(thresholds), "datasets": datasets}
-
-
-def materialize_pool(store: Storage, blend: Blend, base: str, pool: str, thresholds: PoolThresholds,
-                     force: bool = False) -> StepOutcome:
-    if pool not in POOL_NAMES:
-        raise KeyError(f"unknown pool {pool!r}")
-    relative = pool_path(base, pool)
-
-    def build() -> tuple[dict, dict]:
-        manifest = write_pool(store, base, blend_rows(store, blend, base), pool, thresholds)
-        return _committed(store, relative, ".parquet"), {"rows": manifest["rows"],
-                                                         "rows_by_dataset": manifest["rows_by_dataset"]}
-
-    return _run(store, _prefix(relative), pool_inputs(store, blend, base, thresholds), force, build)
-
-
-# --- views and the report ----------------------------------------------------------------------------------------
-def view_inputs(store: Storage, blend: Blend, base: str, pool: str) -> dict:
-    """The views read every part of the pool (embedding.py ``write_views``): part 0 under ``pool``, any further
-    part under ``more_pool_parts`` (absent for a one-part pool, so its views' inputs read as they always have)."""
-    versions = {}
-    for part in pool_part_numbers(store, base, pool) or [0]:
-        receipt = _current(store, _prefix(pool_part_path(base, pool, part)), lambda built: pool_inputs(
-            store, blend, base, PoolThresholds(**built.inputs["thresholds"])), f"pool {pool!r} part {part}",
-            f"{blend.name}/candidate_pool partition {pool!r}")
-        versions[f"part-{part:05d}"] = _file_versions(receipt)[".parquet"]
-    first, *more = versions.items()
-    inputs = {"format": VIEW_FORMAT, "pool": first[1]}
-    return {**inputs, "more_pool_parts": dict(more)} if more else inputs
-
-
-def _current(store: Storage, prefix: str, inputs_of, what: str, materialize: str) -> Receipt:
+def current_receipt(store: Storage, prefix: str, inputs_of, what: str, materialize: str) -> Receipt:
     """The receipt of an upstream output that must be up to date itself (``inputs_of(receipt)`` gives the inputs
     it would be built from now); ``NotReady`` naming it otherwise."""
     built = _done_receipt(store, prefix, what, materialize)
@@ -192,78 +91,159 @@ def _current(store: Storage, prefix: str, inputs_of, what: str, materialize: str
     return state.receipt
 
 
-def materialize_views(store: Storage, blend: Blend, base: str, pool: str, force: bool = False) -> list[StepOutcome]:
-    """Every view of one pool (built together: they read the pool once); one receipt per view file."""
-    inputs = view_inputs(store, blend, base, pool)
-    prefixes = [_prefix(embedding_view_path(base, view, pool)) for view in VIEWS]
-    states = [rebuild_reason(freshness(store, prefix, inputs), force) for prefix in prefixes]
-    if all(state is None for state in states):
-        return [StepOutcome("up to date", read_receipt(store, prefix)) for prefix in prefixes]
-    for prefix in prefixes:
-        store.delete(f"{prefix}.json")
-    rows = write_views(store, base, pool)
-    outcomes = []
-    for prefix, because in zip(prefixes, states):
-        files = _committed(store, f"{prefix}.parquet", ".parquet")
-        receipt = write_receipt(store, prefix, Receipt(VIEW_FORMAT, prefix, inputs, files, {"rows": rows}))
-        outcomes.append(StepOutcome("built", receipt, because or ""))
-    return outcomes
+def _file_versions(receipt: Receipt) -> dict:
+    return {suffix: recorded["sha256"] for suffix, recorded in receipt.files.items()}
 
 
-def report_inputs(store: Storage, blend: Blend, base: str) -> dict:
+# --- dedup --------------------------------------------------------------------------------------------------------
+def dedup_inputs(store: Storage, curation: Curation, base: str, dataset: str) -> tuple[dict, list[list[str]]]:
+    """(inputs, shard files per dataset read) of one dataset's dedup: its own shards, and with ``across_datasets``
+    every family dataset's before it in the blend."""
+    names = list(curation.datasets)
+    read = names[: names.index(dataset) + 1] if curation.dedup == "across_datasets" else [dataset]
+    paths, versions = [], {}
+    for name in read:
+        manifest = require_manifest(store, curation.blend, base, name)
+        paths.append(current_shards(store, curation.datasets[name], base, manifest))
+        for shard in manifest.shards:
+            prefix = harmony_shard_prefix(base, ShardKey(name, shard.index))
+            versions[str(ShardKey(name, shard.index))] = _file_versions(read_receipt(store, prefix))[".parquet"]
+    return {"format": DEDUP_FORMAT, "mode": curation.dedup, "shards": versions}, paths
+
+
+def materialize_dedup(store: Storage, curation: Curation, base: str, dataset: str, force: bool = False,
+                      log=print) -> Outcome:
+    """The dataset's duplicates: rows whose id an earlier row already has (see the module docstring)."""
+    inputs, paths = dedup_inputs(store, curation, base, dataset)
+    relative = duplicates_path(base, dataset)
+
+    def build(folder: Path) -> Staged:
+        earlier = [path for dataset_paths in paths[:-1] for path in dataset_paths]
+        own = paths[-1]
+        found = find_duplicates([store.url(p) for p in earlier + own], store.polars_options())
+        # only this dataset's rows are its duplicates; shard numbers count from its own first shard
+        mine = found.filter(pl.col("shard") >= len(earlier)).with_columns(pl.col("shard") - len(earlier))
+        mine.write_parquet(folder / "duplicates.parquet", compression="zstd")
+        rows = 0
+        for path in own:
+            with store.open(path) as stream:
+                rows += pq.ParquetFile(stream).metadata.num_rows
+        return Staged({".parquet": folder / "duplicates.parquet"}, {"rows": rows, "duplicates": len(mine)})
+
+    prefix = prefix_of(relative)
+    return build_output(store, Output(prefix, inputs, DEDUP_FORMAT, prefix), build, force, log)
+
+
+# --- pools --------------------------------------------------------------------------------------------------------
+def pool_inputs(store: Storage, curation: Curation, base: str, thresholds: PoolThresholds) -> dict:
+    """Every family dataset's shards and dedup result the pools read, and the thresholds."""
+    datasets = {}
+    for name in curation.datasets:
+        dedup = _done_receipt(store, prefix_of(duplicates_path(base, name)), f"dedup of {name!r}",
+                              f"{curation.blend}/harmony_dedup partition {name!r}")
+        expected, _ = dedup_inputs(store, curation, base, name)
+        if dedup.inputs != expected:
+            raise NotReady(f"the dedup result of {name!r} is stale (its shards changed): materialize "
+                           f"{curation.blend}/harmony_dedup partition {name!r} first")
+        datasets[name] = {"shards": expected["shards"], "duplicates": _file_versions(dedup)[".parquet"]}
+    return {"format": POOL_FORMAT, "thresholds": asdict(thresholds), "datasets": datasets}
+
+
+def materialize_pool(store: Storage, curation: Curation, base: str, pool: str, thresholds: PoolThresholds,
+                     force: bool = False, log=print) -> Outcome:
+    if pool not in POOL_NAMES:
+        raise KeyError(f"unknown pool {pool!r}")
+
+    def build(folder: Path) -> Staged:
+        manifest = stage_pool(blend_rows(store, curation.datasets, base), pool, thresholds, folder)
+        return Staged({".parquet": folder / "part-00000.parquet", "manifest.json": folder / "manifest.json"},
+                      {"rows": manifest["rows"], "rows_by_dataset": manifest["rows_by_dataset"]})
+
+    prefix = prefix_of(pool_path(base, pool))
+    inputs = pool_inputs(store, curation, base, thresholds)
+    return build_output(store, Output(prefix, inputs, POOL_FORMAT, prefix), build, force, log)
+
+
+# --- views and the report ----------------------------------------------------------------------------------------
+def view_inputs(store: Storage, curation: Curation, base: str, pool: str) -> dict:
+    """The views read every part of the pool (views.py ``stage_views``): part 0 under ``pool``, any further part
+    under ``more_pool_parts`` (absent for a one-part pool, so its views' inputs read as they always have)."""
+    versions = {}
+    for part in pool_part_numbers(store, base, pool) or [0]:
+        receipt = current_receipt(store, prefix_of(pool_part_path(base, pool, part)), lambda built: pool_inputs(
+            store, curation, base, PoolThresholds(**built.inputs["thresholds"])), f"pool {pool!r} part {part}",
+            f"{curation.blend}/candidate_pool partition {pool!r}")
+        versions[f"part-{part:05d}"] = _file_versions(receipt)[".parquet"]
+    first, *more = versions.items()
+    inputs = {"format": VIEW_FORMAT, "pool": first[1]}
+    return {**inputs, "more_pool_parts": dict(more)} if more else inputs
+
+
+def materialize_views(store: Storage, curation: Curation, base: str, pool: str, force: bool = False,
+                      log=print) -> list[Outcome]:
+    """Every view of one pool, built together (they read the pool once); one receipt per view file."""
+    inputs = view_inputs(store, curation, base, pool)
+    outputs = [Output(prefix_of(embedding_view_path(base, view, pool)), inputs, VIEW_FORMAT,
+                      prefix_of(embedding_view_path(base, view, pool))) for view in VIEWS]
+
+    def build(folder: Path) -> dict[str, Staged]:
+        rows, staged = stage_views(store, base, pool, folder)
+        return {output.prefix: Staged({".parquet": staged[view]}, {"rows": rows})
+                for view, output in zip(VIEWS, outputs)}
+
+    return build_outputs(store, outputs, build, force, log)
+
+
+def report_inputs(store: Storage, curation: Curation, base: str) -> dict:
     versions = {}
     for pool in POOL_NAMES:
-        prefix = _prefix(embedding_view_path(base, "behavior", pool))
-        receipt = _current(store, prefix, lambda _, pool=pool: view_inputs(store, blend, base, pool),
-                           f"the behavior view of {pool!r}", f"{blend.name}/embedding_view partition {pool!r}")
+        prefix = prefix_of(embedding_view_path(base, "behavior", pool))
+        receipt = current_receipt(store, prefix, lambda _, pool=pool: view_inputs(store, curation, base, pool),
+                                  f"the behavior view of {pool!r}",
+                                  f"{curation.blend}/embedding_view partition {pool!r}")
         versions[pool] = _file_versions(receipt)[".parquet"]
     return {"format": REPORT_FORMAT, "behavior_views": versions}
 
 
-def materialize_report(store: Storage, blend: Blend, base: str, force: bool = False) -> tuple[StepOutcome, str]:
+def materialize_report(store: Storage, curation: Curation, base: str, force: bool = False,
+                       log=print) -> tuple[Outcome, str]:
     relative = behavior_report_path(base)
-    report: list[str] = []
 
-    def build() -> tuple[dict, dict]:
-        report.append(write_behavior_report(store, base))
-        return _committed(store, relative, ".md"), {}
+    def build(folder: Path) -> Staged:
+        (folder / "report.md").write_text(behavior_markdown(store, base))
+        return Staged({".md": folder / "report.md"}, {})
 
-    outcome = _run(store, _prefix(relative), report_inputs(store, blend, base), force, build)
-    return outcome, report[0] if report else store.read_bytes(relative).decode()
+    prefix = prefix_of(relative)
+    outcome = build_output(store, Output(prefix, report_inputs(store, curation, base), REPORT_FORMAT, prefix), build,
+                           force, log)
+    return outcome, store.read_bytes(relative).decode()
 
 
 # --- what status and verify see ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OutputState:
-    asset: str  # harmony_dedup, candidate_pool, embedding_view, behavior_report
-    key: str  # its partition (a dataset, a pool, "<view>/<pool>"), or "" for the report
-    prefix: str  # the output's path without suffix; its receipt is prefix + ".json"
-    freshness: Freshness
-
-
-def downstream_states(store: Storage, blend: Blend, base: str, read_content: bool = False) -> list[OutputState]:
-    """The state of every output after the Harmony shards, by the one definition (records.py ``freshness``). An
+def downstream_states(store: Storage, curation: Curation, base: str, read_content: bool = False
+                      ) -> list[OutputState]:
+    """The state of every output after the Harmony shards, by the one definition (core/records.py ``freshness``). An
     output whose inputs cannot be known yet (an upstream output missing or stale) is stale if it was built, else
     missing. Pool thresholds are run config, not blend settings: a pool is judged with the thresholds it was built
     with (a run with other thresholds rebuilds it)."""
     states = []
 
     def add(asset: str, key: str, relative: str, inputs_of) -> None:
-        prefix = _prefix(relative)
+        prefix = prefix_of(relative)
         states.append(OutputState(asset, key, prefix,
                                   freshness_when_ready(store, prefix, inputs_of, read_content=read_content)))
 
-    for entry in [e for e in blend.entries() if e.family]:
-        add("harmony_dedup", entry.name, duplicates_path(base, entry.name),
-            lambda name=entry.name: dedup_inputs(store, blend, base, name)[0])
+    for name in curation.datasets:
+        add("harmony_dedup", name, duplicates_path(base, name),
+            lambda name=name: dedup_inputs(store, curation, base, name)[0])
     for pool in POOL_NAMES:
-        built = read_receipt(store, _prefix(pool_path(base, pool)))
+        built = read_receipt(store, prefix_of(pool_path(base, pool)))
         thresholds = PoolThresholds(**built.inputs["thresholds"]) if built else PoolThresholds()
         add("candidate_pool", pool, pool_path(base, pool),
-            lambda thresholds=thresholds: pool_inputs(store, blend, base, thresholds))
+            lambda thresholds=thresholds: pool_inputs(store, curation, base, thresholds))
     for pool in POOL_NAMES:
         for view in VIEWS:
             add("embedding_view", f"{view}/{pool}", embedding_view_path(base, view, pool),
-                lambda pool=pool: view_inputs(store, blend, base, pool))
-    add("behavior_report", "", behavior_report_path(base), lambda: report_inputs(store, blend, base))
+                lambda pool=pool: view_inputs(store, curation, base, pool))
+    add("behavior_report", "", behavior_report_path(base), lambda: report_inputs(store, curation, base))
     return states

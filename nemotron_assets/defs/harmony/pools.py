@@ -17,14 +17,15 @@ conversations), so `row_group_rows` turns the byte target into rows from the poo
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import polars as pl
 
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import pool_dir, pool_part_number, pool_path
-from nemotron_assets.core.pool_names import POOL_NAMES
+from nemotron_assets.core.sections import POOL_NAMES
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.dedup import deduplicated_rows
+from nemotron_assets.defs.harmony.layout import PoolPartKey, pool_dir, pool_part_number, pool_path
+from nemotron_assets.defs.harmony.shard import HarmonyDataset
 
 #: Target bytes of one row group of a pool file (in memory while the sink fills it).
 ROW_GROUP_BYTES = 32 << 20
@@ -72,10 +73,9 @@ def pool_predicate(name: str, thresholds: PoolThresholds = PoolThresholds()) -> 
     return base_filter(thresholds) & conditions[name].fill_null(False)
 
 
-def blend_rows(store: Storage, blend: Blend, base: str) -> pl.LazyFrame:
+def blend_rows(store: Storage, datasets: dict[str, HarmonyDataset], base: str) -> pl.LazyFrame:
     """Every family dataset's normalized rows, duplicates removed, as one lazy frame in blend order."""
-    return pl.concat([deduplicated_rows(store, blend, base, e.name) for e in blend.entries() if e.family],
-                     how="vertical")
+    return pl.concat([deduplicated_rows(store, dataset, base) for dataset in datasets.values()], how="vertical")
 
 
 def row_group_rows(selected: pl.LazyFrame) -> int:
@@ -85,20 +85,16 @@ def row_group_rows(selected: pl.LazyFrame) -> int:
     return max(1, ROW_GROUP_BYTES // (2 * int(mean_chars) + ROW_OVERHEAD_BYTES))
 
 
-def write_pool(store: Storage, base: str, rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds) -> dict:
-    """Stream the rows of ``pool`` into its Parquet file and commit it with its manifest (rows per dataset and
-    the thresholds, which the pool check re-reads); returns the manifest."""
+def stage_pool(rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds, folder: Path) -> dict:
+    """Stream the rows of ``pool`` into ``folder/part-00000.parquet`` beside its ``manifest.json`` (rows per dataset
+    and the thresholds, which the pool check re-reads); returns the manifest."""
     selected = rows.filter(pool_predicate(pool, thresholds))
-    with store.staging() as folder:
-        staged = folder / "part-00000.parquet"
-        selected.sink_parquet(staged, compression="zstd", row_group_size=row_group_rows(selected))
-        counts = (pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows"))
-                  .sort("dataset").collect())
-        manifest = {"pool": pool, "thresholds": asdict(thresholds),
-                    "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])), "rows": int(counts["rows"].sum())}
-        store.commit(staged, pool_path(base, pool))
-        store.write_bytes(f"{pool_dir(base, pool)}/manifest.json", json.dumps(manifest, indent=1, sort_keys=True)
-                          .encode())
+    staged = folder / "part-00000.parquet"
+    selected.sink_parquet(staged, compression="zstd", row_group_size=row_group_rows(selected))
+    counts = pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows")).sort("dataset").collect()
+    manifest = {"pool": pool, "thresholds": asdict(thresholds),
+                "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])), "rows": int(counts["rows"].sum())}
+    (folder / "manifest.json").write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
 
 
@@ -115,3 +111,20 @@ def rows_outside_predicate(store: Storage, base: str, pool: str) -> int:
     predicate = pool_predicate(pool, PoolThresholds(**manifest["thresholds"]))
     return (pl.scan_parquet(store.url(pool_path(base, pool)), storage_options=store.polars_options())
             .filter(~predicate).select(pl.len()).collect().item())
+
+
+def register_pool_parts(instance, store: Storage, scored: tuple[str, ...], scope, sample: str | None,
+                        pool: str) -> list[str]:
+    """The parts of a committed pool that ``scoring:`` scores, added to the dynamic partitions of the scoring
+    pipeline's ``nll_scores`` (``<blend>__scored_pool_parts``: ``<pool>/part-NNNNN``); returns the keys.
+
+    Here, at the pool's commit, so a pool built in the UI shows its parts to score at once."""
+    if pool not in scored:
+        return []
+    keys = [scope.qualify(sample, str(PoolPartKey(pool, part))) for part in pool_part_numbers(store, scope.base(sample),
+                                                                                              pool)]
+    name = scope.dynamic_name("scored_pool_parts")
+    new = [key for key in keys if not instance.has_dynamic_partition(name, key)]
+    if new:
+        instance.add_dynamic_partitions(name, new)
+    return keys

@@ -1,23 +1,19 @@
-"""The JSONL path of one blend, for datasets that name a ``transform`` (JSONL for RL and SFT trainers):
+"""The JSONL path of one blend, for its datasets that name a ``transform`` (JSONL for RL and SFT trainers):
 
-    source_split (shared with the other paths)
+    source_split (defs/sources/)
         -> jsonl_shard (one partition per dataset shard): whole rows -> transform -> holdout split -> JSONL files
         -> jsonl_manifest: the files per split, for NeMo-RL
 
-The same factory builds the sample twins (partitions.py ``Scope``). Each asset resolves its inputs and calls one pure
-step (``posttrain/jsonl_step.py``), which commits the files and writes the receipt last, and reports per partition
-(reporting.py).
+A ``jsonl_shard`` run takes any range of shards and builds them at the same time in processes forked from its step
+(core/step.py ``ShardRun``). The same factory builds the sample twins (core/partitions.py).
 """
-
-from dataclasses import dataclass
 
 import dagster as dg
 
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import ShardKey, jsonl_dir, jsonl_manifest_path, jsonl_shard_prefix
-from nemotron_assets.core.lineage import JSONL_SHARDS, WandbLineage
-from nemotron_assets.core.partitions import SHARDS_PER_RUN, Scope, jsonl_partitions_name
-from nemotron_assets.core.records import SourceManifest, read_receipt, require_manifest
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.pipeline import Assets, BlendScope
+from nemotron_assets.core.records import read_receipt, require_manifest
 from nemotron_assets.core.reporting import (
     TRANSIENT_RETRIES,
     CheckOutcome,
@@ -27,64 +23,63 @@ from nemotron_assets.core.reporting import (
     permanent_errors_fail_at_once,
 )
 from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.assets import RebuildConfig
+from nemotron_assets.defs.harmony.assets import RebuildConfig, ShardRunConfig
 from nemotron_assets.defs.jsonl.files import shard_problems
-from nemotron_assets.defs.jsonl.steps import JsonlOutcome, materialize_jsonl_manifest, materialize_jsonl_shard
+from nemotron_assets.defs.jsonl.layout import jsonl_dir, jsonl_manifest_path, jsonl_shard_prefix
+from nemotron_assets.defs.jsonl.lineage import log_jsonl_manifest, log_jsonl_shards
+from nemotron_assets.defs.jsonl.shard import JsonlDataset, jsonl_datasets, materialize_jsonl_manifest, shard_build
 from nemotron_assets.formats.splits import SPLITS
+from nemotron_assets.sources.manifest import SourceManifest
 
 FILES_MATCH_RECEIPT = "files_match_receipt"
 
 
-@dataclass(frozen=True)
-class JsonlAssets:
-    jsonl_shard: dg.AssetsDefinition
-    jsonl_manifest: dg.AssetsDefinition
-    shard_partitions: dg.DynamicPartitionsDefinition
-
-    @property
-    def definitions(self) -> list:
-        return [self.jsonl_shard, self.jsonl_manifest]
-
-
-def build_jsonl_assets(blend: Blend, source_split: dg.AssetsDefinition, scope: Scope | None = None) -> JsonlAssets:
-    """Assets of the blend's transform datasets; ``source_split`` is the same scope's (full build or samples)."""
-    scope = scope or Scope(blend.name)
-    shard_partitions = scope.partitions("jsonl_shards",
-                                        dg.DynamicPartitionsDefinition(name=jsonl_partitions_name(blend.name)))
-    manifest_partitions = scope.partitions("blend", None)
+def build_jsonl_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
+    """The JSONL assets of one blend's full build (or of its samples)."""
+    blend, scope = blend_scope.blend, blend_scope.scope
+    datasets = jsonl_datasets(blend)
+    shard_key = dg.AssetKey(scope.key("jsonl_shard"))
 
     @partitioned_asset(
-        scope.key("jsonl_shard"), group=scope.group, partitions_def=shard_partitions, kinds={"json"},
-        deps=[dg.AssetDep(source_split, partition_mapping=dg.AllPartitionMapping())],
+        scope.key("jsonl_shard"), group=scope.group, partitions_def=scope.dynamic("jsonl_shards"), kinds={"json"},
+        deps=[dg.AssetDep(upstream["source_split"], partition_mapping=dg.AllPartitionMapping())],
         checks={FILES_MATCH_RECEIPT: "every file decompresses, each line is a JSON object, lines per split and "
                                      "rows read = written + dropped are as the receipt says"},
-        backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN),
-        retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
         description="Applies the dataset's transform to one shard's rows and writes them as JSONL (optionally zstd), "
                     "one file per train/valid/test split of the holdout.",
     )
-    def jsonl_shard(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
+    def jsonl_shard(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource,
                     lineage: WandbLineage):
         store = storage.get()
         manifests: dict[str, SourceManifest] = {}
         built: list[tuple[str, dict]] = []
 
         def build(partition: str) -> dict:
-            metadata = transform_shard(context, store, blend, scope, manifests, partition, config.force)
-            built.append((partition, metadata))
+            outcome = run.outcome(partition)
+            stats = outcome.receipt.stats
+            context.log.info(f"{partition}: {outcome.status}, {sum(stats['rows'].values()):,} of "
+                             f"{stats['rows_in']:,} row(s) written {stats['rows']}")
+            sample, _ = scope.split(partition)
+            key = ShardKey.parse(outcome.key)
+            metadata = shard_metadata(outcome, store.url(f"{jsonl_dir(scope.base(sample))}/{key.dataset}"))
+            built.append((outcome.key, metadata))
             return metadata
 
         try:
-            yield from materialize_partitions(
-                context, dg.AssetKey(scope.key("jsonl_shard")), context.partition_keys, build,
-                check=lambda partition: [check_files(store, scope, partition)])
+            with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes) as run:
+                if shard_key in context.selected_asset_keys:
+                    run.plan(shard_builds(store, datasets, scope, context.partition_keys, manifests))
+                yield from materialize_partitions(context, shard_key, context.partition_keys, build,
+                                                  check=lambda partition: [check_files(store, scope, partition)])
         finally:
             if not scope.samples and built:
-                lineage.log_shards(context, store, blend.name, built, manifests, JSONL_SHARDS)
+                log_jsonl_shards(lineage, context, store, blend.name, built, manifests)
 
     @dg.asset(
-        key=scope.key("jsonl_manifest"), group_name=scope.group, partitions_def=manifest_partitions,
+        key=scope.key("jsonl_manifest"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
         deps=[jsonl_shard], kinds={"json"}, retry_policy=TRANSIENT_RETRIES,
         description="jsonl/manifest.json: per split (train, valid, test) the JSONL files of every transform dataset, "
                     "for NeMo-RL; refuses shards that are not up to date.",
@@ -92,36 +87,39 @@ def build_jsonl_assets(blend: Blend, source_split: dg.AssetsDefinition, scope: S
     def jsonl_manifest(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                        lineage: WandbLineage):
         store = storage.get()
-        sample, _ = scope.split(context.partition_keys[0]) if scope.samples else (None, None)
-        base = scope.base(sample)
+        base = scope.base(scope.sample_of(context))
         with permanent_errors_fail_at_once():
-            outcome, manifest = materialize_jsonl_manifest(store, blend, base, config.force)
+            outcome, manifest = materialize_jsonl_manifest(store, blend.name, datasets, base, config.force,
+                                                           context.log.info)
         metadata = manifest_metadata(outcome, manifest, store.url(jsonl_manifest_path(base)))
         if not scope.samples:
-            manifests = {e.name: require_manifest(store, blend.name, base, e.name) for e in blend.datasets_of("jsonl")}
-            lineage.log_jsonl_manifest(context, store, blend.name, metadata, manifests)
+            manifests = {name: require_manifest(store, blend.name, base, name) for name in datasets}
+            log_jsonl_manifest(lineage, context, store, blend.name, metadata, manifests)
         return dg.MaterializeResult(metadata=metadata)
 
-    return JsonlAssets(jsonl_shard, jsonl_manifest, shard_partitions)
+    return {"jsonl_shard": jsonl_shard, "jsonl_manifest": jsonl_manifest}
 
 
 # --- the step ---------------------------------------------------------------------------------------------------
-def transform_shard(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope,
-                    manifests: dict[str, SourceManifest], partition: str, force: bool) -> dict:
-    sample, shard = scope.split(partition)
-    key = ShardKey.parse(shard)
-    base = scope.base(sample)
-    if key.dataset not in manifests:
-        manifests[key.dataset] = require_manifest(store, blend.name, base, key.dataset)
-    outcome = materialize_jsonl_shard(store, blend, manifests[key.dataset], key, force=force, log=context.log.info,
-                                      base=base)
-    stats = outcome.receipt.stats
-    context.log.info(f"{partition}: {outcome.status}, {sum(stats['rows'].values()):,} of {stats['rows_in']:,} "
-                     f"row(s) written {stats['rows']}")
-    return shard_metadata(outcome, store.url(f"{jsonl_dir(base)}/{key.dataset}"))
+def shard_builds(store: Storage, datasets: dict[str, JsonlDataset], scope, partitions: list[str],
+                 manifests: dict[str, SourceManifest]) -> dict[str, ShardBuild | Exception]:
+    """Each partition's shard in its dataset's current plan; a partition that has none gets its error, which its own
+    outcome raises (the others go on)."""
+    builds: dict[str, ShardBuild | Exception] = {}
+    for partition in partitions:
+        sample, shard = scope.split(partition)
+        key = ShardKey.parse(shard)
+        try:
+            dataset = datasets[key.dataset]
+            if key.dataset not in manifests:
+                manifests[key.dataset] = require_manifest(store, dataset.blend, scope.base(sample), key.dataset)
+            builds[partition] = shard_build(dataset, manifests[key.dataset], key, scope.base(sample))
+        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
+            builds[partition] = exc
+    return builds
 
 
-def check_files(store: Storage, scope: Scope, partition: str) -> CheckOutcome:
+def check_files(store: Storage, scope, partition: str) -> CheckOutcome:
     sample, shard = scope.split(partition)
     prefix = jsonl_shard_prefix(scope.base(sample), ShardKey.parse(shard))
     receipt = read_receipt(store, prefix)
@@ -134,7 +132,7 @@ def check_files(store: Storage, scope: Scope, partition: str) -> CheckOutcome:
 
 
 # --- metadata -----------------------------------------------------------------------------------------------
-def shard_metadata(outcome: JsonlOutcome, folder_url: str) -> dict:
+def shard_metadata(outcome: Outcome, folder_url: str) -> dict:
     stats = outcome.receipt.stats
     files = {split: {"path": f"{folder_url}/{recorded['path']}", "lines": stats["rows"].get(split, 0),
                      "bytes": recorded["bytes"], "sha256": recorded["sha256"]}
@@ -154,7 +152,7 @@ def shard_metadata(outcome: JsonlOutcome, folder_url: str) -> dict:
     }
 
 
-def manifest_metadata(outcome: JsonlOutcome, manifest: dict, url: str) -> dict:
+def manifest_metadata(outcome: Outcome, manifest: dict, url: str) -> dict:
     return {
         "status": dg.MetadataValue.text(outcome.status),
         "manifest": dg.MetadataValue.path(url),

@@ -19,10 +19,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nemotron_assets.core.records import SourceManifest
 from nemotron_assets.formats.splits import Holdout, Split
 from nemotron_assets.formats.transforms import MAX_EXAMPLES, Compression, JsonlShardStats, Transform, write_jsonl_shard
 from nemotron_assets.sources.files import SourceFile
+from nemotron_assets.sources.manifest import SourceManifest
 from nemotron_assets.sources.readers import ReadOptions, ReadStats, iter_record_batches
 
 

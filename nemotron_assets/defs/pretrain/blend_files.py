@@ -2,7 +2,7 @@
 
 A shard's weight is its dataset's weight times the shard's share of that dataset's tokens, so a dataset's
 shards together weigh exactly what the user gave the dataset. Empty shards are left out (Megatron cannot
-sample from them). Every planned shard must be up to date (records.py ``freshness``): a stale shard (built with
+sample from them). Every planned shard must be up to date (core/records.py ``freshness``): a stale shard (built with
 other settings, another tokenizer, or from other input) is always an error, because one training blend would mix
 them; a missing one is an error unless ``allow_missing``.
 
@@ -11,23 +11,50 @@ read them as given, relative to the trainer's working directory. ``relative_pref
 them relative to the ``pretrain/`` folder instead; the trainer must then run from that folder.
 """
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 
 from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import ShardKey, pretrain_dir, shard_prefix
-from nemotron_assets.core.records import NotReady, SourceManifest, State, freshness
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import Freshness, NotReady, State, freshness, freshness_when_ready, require_manifest
+from nemotron_assets.core.step import Output
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.pretrain.inputs import shard_inputs
+from nemotron_assets.defs.pretrain.layout import pretrain_dir, shard_prefix
+from nemotron_assets.defs.pretrain.shard import PretrainSettings, shard_inputs
 from nemotron_assets.formats import megatron
+from nemotron_assets.sources.manifest import SourceManifest
 
 SHOWN = 10  # shard keys named in an error message
+BLEND_FORMAT = "megatron-blend/1"
+BLEND_FILES = ("blend.json", "data_path.txt")
+
+
+@dataclass(frozen=True)
+class BlendListing:
+    """What of the blend the blend files list: the pretraining datasets of each split with their weights, and how
+    prefixes and the arguments are written."""
+
+    name: str
+    splits: dict[str, list[tuple[str, float]]]  # split -> [(dataset, weight)]
+    relative_prefixes: bool
+    flat: bool  # a flat ``datasets:`` list: data_path.txt is one --data-path
+
+    @classmethod
+    def of(cls, blend: Blend) -> "BlendListing":
+        splits = {split: [(e.name, e.weight) for e in entries if e.kind == "pretrain"]
+                  for split, entries in blend.splits().items()}
+        return cls(blend.name, splits, blend.relative_prefixes, blend.datasets is not None)
+
+    @property
+    def datasets(self) -> list[str]:
+        return [name for entries in self.splits.values() for name, _ in entries]
 
 
 @dataclass
 class BlendFiles:
     splits: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
-    outputs: dict[str, bytes] = field(default_factory=dict)
+    outputs: dict[str, bytes] = field(default_factory=dict)  # blend.json and data_path.txt, by their path
     shards_listed: int = 0
     empty_left_out: int = 0
     missing_left_out: int = 0
@@ -42,25 +69,24 @@ class MissingShards(NotReady):
     """Planned shards that are not built."""
 
 
-def build_blend_files(store: Storage, blend: Blend, manifests: dict[str, SourceManifest], tokenizer: dict,
-                      base: str | None = None, allow_missing: bool = False) -> BlendFiles:
-    """The blend files of the shards under ``base`` (default the full build); ``tokenizer`` is the identity the
-    shards must have been built with (pretrain/inputs.py)."""
-    base = base or blend.name
+def build_blend_files(store: Storage, listing: BlendListing, settings: PretrainSettings,
+                      manifests: dict[str, SourceManifest], tokenizer: dict, base: str,
+                      allow_missing: bool = False) -> BlendFiles:
+    """The blend files of the shards under ``base``; ``tokenizer`` is the identity the shards must have been built
+    with (shard.py)."""
     result = BlendFiles()
     missing: list[str] = []
     stale: dict[str, list[str]] = {}  # why -> shard keys
-    for split, entries in blend.splits().items():
+    for split, entries in listing.splits.items():
         pairs: list[tuple[float, str]] = []
         result.tokens_by_split[split] = 0
-        for entry in entries:
-            if entry.kind != "pretrain":
-                continue  # post-training data takes the Harmony or the JSONL path, not the Megatron blend
-            manifest = manifests[entry.name]
+        for dataset, weight in entries:
+            manifest = manifests[dataset]
             shard_tokens: list[tuple[ShardKey, int]] = []
             for shard in manifest.shards:
-                key = ShardKey(entry.name, shard.index)
-                state = freshness(store, shard_prefix(base, key), shard_inputs(blend, manifest, shard.index, tokenizer))
+                key = ShardKey(dataset, shard.index)
+                inputs = shard_inputs(settings, manifest, shard.index, tokenizer)
+                state = freshness(store, shard_prefix(base, key), inputs)
                 if state.state is State.STALE:
                     stale.setdefault(state.reason, []).append(str(key))
                 elif state.state is State.MISSING:
@@ -73,33 +99,54 @@ def build_blend_files(store: Storage, blend: Blend, manifests: dict[str, SourceM
                 if tokens == 0:
                     result.empty_left_out += 1
                     continue
-                if entry.weight == 0:
+                if weight == 0:
                     continue
-                pairs.append((entry.weight * tokens / dataset_tokens, _prefix(store, blend, base, key)))
+                pairs.append((weight * tokens / dataset_tokens, _prefix(store, listing, base, key)))
         if pairs:
             result.splits[split] = pairs
             result.shards_listed += len(pairs)
     if stale:
         reasons = "; ".join(f"{len(keys)} {reason}: {_shown(keys)}" for reason, keys in stale.items())
-        raise StaleShards(f"blend {blend.name!r}: {sum(map(len, stale.values()))} shard(s) are stale ({reasons}). "
-                          f"Materialize {blend.name}/pretrain_shard to rebuild them.")
+        raise StaleShards(f"blend {listing.name!r}: {sum(map(len, stale.values()))} shard(s) are stale ({reasons}). "
+                          f"Materialize {listing.name}/pretrain_shard to rebuild them.")
     if missing and not allow_missing:
-        raise MissingShards(f"blend {blend.name!r}: {len(missing)} planned shard(s) are not built: "
-                                f"{_shown(missing)}. Materialize {blend.name}/pretrain_shard for them, or set "
-                                "allow_missing_shards.")
+        raise MissingShards(f"blend {listing.name!r}: {len(missing)} planned shard(s) are not built: "
+                            f"{_shown(missing)}. Materialize {listing.name}/pretrain_shard for them, or set "
+                            "allow_missing_shards.")
     result.missing_left_out = len(missing)
     if not result.splits:
-        raise ValueError(f"blend {blend.name!r}: no non-empty shard with weight > 0 to list")
+        raise ValueError(f"blend {listing.name!r}: no non-empty shard with weight > 0 to list")
     folder = pretrain_dir(base)
     blend_json = json.dumps(megatron.blend_json(result.splits), indent=1) + "\n"
-    data_path = megatron.data_path_args(result.splits, flat=blend.datasets is not None)
+    data_path = megatron.data_path_args(result.splits, flat=listing.flat)
     result.outputs[f"{folder}/blend.json"] = blend_json.encode()
     result.outputs[f"{folder}/data_path.txt"] = data_path.encode()
     return result
 
 
-def _prefix(store: Storage, blend: Blend, base: str, key: ShardKey) -> str:
-    if blend.relative_prefixes:
+def blend_files_output(store: Storage, listing: BlendListing, settings: PretrainSettings, base: str,
+                       allow_missing: bool = False) -> tuple[dict[str, SourceManifest], BlendFiles, Output]:
+    """The blend files of the shards under ``base`` as one output (core/step.py): its receipt is
+    ``pretrain/blend.receipt.json``. The files are a pure function of the shards' receipts and the blend's weights,
+    so what decides their bytes (the receipt's inputs) is their content as that function gives it now."""
+    manifests = {name: require_manifest(store, listing.name, base, name) for name in listing.datasets}
+    files = build_blend_files(store, listing, settings, manifests, settings.tokenizer_identity(), base,
+                              allow_missing=allow_missing)
+    folder = pretrain_dir(base)
+    inputs = {"format": BLEND_FORMAT, **{name: hashlib.sha256(files.outputs[f"{folder}/{name}"]).hexdigest()
+                                         for name in BLEND_FILES}}
+    return manifests, files, Output(f"{folder}/blend.receipt", inputs, "megatron_blend", "blend")
+
+
+def blend_files_freshness(store: Storage, listing: BlendListing, settings: PretrainSettings, base: str) -> Freshness:
+    """The blend files' state by the one definition: stale if built while their shards are not all up to date."""
+    return freshness_when_ready(store, f"{pretrain_dir(base)}/blend.receipt",
+                                lambda: blend_files_output(store, listing, settings, base)[2].inputs,
+                                not_ready=(NotReady, ValueError))
+
+
+def _prefix(store: Storage, listing: BlendListing, base: str, key: ShardKey) -> str:
+    if listing.relative_prefixes:
         return f"{key.dataset}/shard_{key.index:05d}"
     return store.url(shard_prefix(base, key))
 

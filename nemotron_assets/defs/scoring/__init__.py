@@ -1,6 +1,8 @@
-"""Scoring candidate pools: completion-only NLL under a causal LM, sentence embeddings, and selections from both.
+"""The scoring pipeline: candidate pools scored by completion-only NLL under a causal LM and by sentence embeddings,
+and selections from both (a blend's ``scoring:`` section).
 
-Pure code (no Dagster). The heavy dependencies (torch, transformers, sentence-transformers) are the optional
+The Dagster side is assets.py, steps.py, inputs.py, parts.py, status.py and lineage.py; the rest is pure code (no
+Dagster). The heavy dependencies (torch, transformers, sentence-transformers) are the optional
 ``scoring`` extra: only `nll`, `embeddings` and the modules that call them import torch, and this package's
 ``__init__`` imports nothing heavy, so the rest of the platform works without the extra and a blend with
 ``scoring:`` can be refused early (`require_scoring_extra`).

@@ -8,28 +8,16 @@
     nll_scores + embeddings
         -> selected_pool (``<pool>_easy``, ``<pool>_hard``, and ``<pool>_diverse`` with ``diverse_k``)
 
-The same factory builds the sample twins (partitions.py ``Scope``). Each asset resolves its inputs and calls one
-pure step (``scoring/steps.py``), which commits the files and writes the receipt last; a full build's runs then log
-their W&B lineage (`scores_lineage`; resources/wandb_lineage.py). Nothing here imports torch: the steps load it
+The same factory builds the sample twins (core/partitions.py). Each asset resolves its inputs and calls one
+step (steps.py), which commits the files and writes the receipt last; a full build's runs then log
+their W&B lineage (lineage.py). Nothing here imports torch: the steps load it
 when they load a model, after checking the ``scoring`` extra.
 """
 
-import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-
 import dagster as dg
 
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import PoolPartKey, near_duplicates_path, nll_scores_path, pool_dir
-from nemotron_assets.core.lineage import (
-    CandidatePoolInput,
-    ReceiptArtifact,
-    ScoresInput,
-    WandbLineage,
-    selection_artifact,
-)
-from nemotron_assets.core.partitions import Scope, scored_pool_parts_name
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.pipeline import Assets, BlendScope
 from nemotron_assets.core.reporting import (
     TRANSIENT_RETRIES,
     CheckOutcome,
@@ -39,23 +27,17 @@ from nemotron_assets.core.reporting import (
     permanent_errors_fail_at_once,
 )
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.scoring_settings import DIVERSE, split_selection
+from nemotron_assets.core.step import Outcome
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.assets import REBUILD_WHEN_INPUTS_CHANGE, HarmonyAssets, RebuildConfig
-from nemotron_assets.defs.scoring.inputs import (
-    DIVERSE_VIEW,
-    embedding_partitions,
-    embedding_prefix,
-    nll_prefix,
-    pool_part_numbers,
-    prefix_of,
-    split_view_key,
-)
-from nemotron_assets.defs.scoring.parts import SAMPLE_PARTS
-from nemotron_assets.defs.scoring.states import scored_ids_problem
+from nemotron_assets.defs.harmony.assets import REBUILD_WHEN_INPUTS_CHANGE, RebuildConfig
+from nemotron_assets.defs.harmony.layout import PoolPartKey, pool_dir
+from nemotron_assets.defs.scoring.inputs import Scoring, embedding_partitions
+from nemotron_assets.defs.scoring.layout import nll_scores_path
+from nemotron_assets.defs.scoring.lineage import log_scores, logged_lineage, recording, scores_lineage
+from nemotron_assets.defs.scoring.parts import PARTS
+from nemotron_assets.defs.scoring.status import scored_ids_problem
 from nemotron_assets.defs.scoring.steps import (
     Models,
-    ScoreOutcome,
     materialize_embeddings,
     materialize_near_duplicates,
     materialize_nll_part,
@@ -63,38 +45,18 @@ from nemotron_assets.defs.scoring.steps import (
 )
 
 IDS_MATCH_POOL = "ids_match_pool_part"
-SAMPLE_VIEWS = "scored_views"
+SAMPLE_VIEWS = "scored_views"  # the sample twins' partitions of the full build's static views and selections
 SAMPLE_SELECTIONS = "selections"
 _BAR_WIDTH = 30
 
 
-@dataclass(frozen=True)
-class ScoringAssets:
-    nll_scores: dg.AssetsDefinition
-    embeddings: dg.AssetsDefinition
-    selected_pool: dg.AssetsDefinition
-    near_duplicate_report: dg.AssetsDefinition
-    part_partitions: dg.DynamicPartitionsDefinition
-
-    @property
-    def definitions(self) -> list:
-        return [self.nll_scores, self.embeddings, self.selected_pool, self.near_duplicate_report]
-
-    @property
-    def rebuilt_when_inputs_change(self) -> list[dg.AssetsDefinition]:
-        """The assets the post-training automation sensor re-requests once their upstream outputs were rebuilt
-        (automation.py); each step then rebuilds only what its receipts call stale."""
-        return self.definitions
-
-
-def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | None = None) -> ScoringAssets:
-    """Assets of the blend's ``scoring:`` section; ``harmony`` is the same scope's Harmony path."""
-    if blend.scoring is None:
-        raise ValueError(f"blend {blend.name} has no scoring: section")
-    settings = blend.scoring
-    scope = scope or Scope(blend.name)
-    part_partitions = scope.partitions(SAMPLE_PARTS, dg.DynamicPartitionsDefinition(
-        name=scored_pool_parts_name(blend.name)))
+def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
+    """The assets of the blend's ``scoring:`` section (full build or samples); ``upstream`` holds the same scope's
+    Harmony assets."""
+    blend, scope = blend_scope.blend, blend_scope.scope
+    scoring = Scoring.of(blend)
+    settings = scoring.settings
+    part_partitions = scope.dynamic(PARTS)
     view_partitions = scope.partitions(SAMPLE_VIEWS, dg.StaticPartitionsDefinition(embedding_partitions(settings)))
     selection_partitions = scope.partitions(SAMPLE_SELECTIONS, dg.StaticPartitionsDefinition(settings.selections()))
     blend_partitions = scope.partitions("blend", None)
@@ -103,7 +65,7 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
 
     @partitioned_asset(
         scope.key("nll_scores"), group=scope.group, partitions_def=part_partitions, kinds={"parquet", "pytorch"},
-        deps=[dg.AssetDep(harmony.candidate_pool, partition_mapping=every)],
+        deps=[dg.AssetDep(upstream["candidate_pool"], partition_mapping=every)],
         checks={IDS_MATCH_POOL: "the scored ids are the pool part's ids, in order, less the rows the renderer "
                                 "dropped (counted in the receipt)"},
         backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES, automation_condition=automation,
@@ -113,18 +75,19 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     def nll_scores(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                    lineage: WandbLineage):
         store = storage.get()
-        models = Models(blend, log=context.log.info)
+        models = Models(settings, log=context.log.info)
         built: list[tuple[str, dict]] = []
-        with logged_lineage(context, lineage, store, blend, scope, "nll_scores", built):
+        with logged_lineage(context, lineage, store, scoring, scope.samples, "nll_scores", built):
             yield from materialize_partitions(
                 context, dg.AssetKey(scope.key("nll_scores")), context.partition_keys,
-                build=recording(built, lambda partition: score_part(context, store, blend, scope, models, partition,
+                build=recording(built, lambda partition: score_part(context, store, scoring, scope, models, partition,
                                                                     config.force)),
                 check=lambda partition: [check_scored_ids(store, scope, partition)])
 
     @partitioned_asset(
         scope.key("embeddings"), group=scope.group, partitions_def=view_partitions, kinds={"parquet", "pytorch"},
-        deps=[harmony.embedding_view], backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        deps=[upstream["embedding_view"]], backfill_policy=dg.BackfillPolicy.single_run(),
+        retry_policy=TRANSIENT_RETRIES,
         automation_condition=automation,
         description="One sentence embedding per row of one embedding view of a scored pool (scoring.embedding_model, "
                     "as sentence-transformers computes it).",
@@ -132,12 +95,12 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     def embeddings(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                    lineage: WandbLineage):
         store = storage.get()
-        models = Models(blend, log=context.log.info)
+        models = Models(settings, log=context.log.info)
         built: list[tuple[str, dict]] = []
-        with logged_lineage(context, lineage, store, blend, scope, "embeddings", built):
+        with logged_lineage(context, lineage, store, scoring, scope.samples, "embeddings", built):
             yield from materialize_partitions(
                 context, dg.AssetKey(scope.key("embeddings")), context.partition_keys,
-                build=recording(built, lambda partition: embed_view(context, store, scope, blend, models, partition,
+                build=recording(built, lambda partition: embed_view(context, store, scope, scoring, models, partition,
                                                                     config.force)))
 
     @partitioned_asset(
@@ -152,12 +115,12 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     def selected_pool(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                       lineage: WandbLineage):
         store = storage.get()
-        models = Models(blend, log=context.log.info)
+        models = Models(settings, log=context.log.info)
         built: list[tuple[str, dict]] = []
-        with logged_lineage(context, lineage, store, blend, scope, "selected_pool", built):
+        with logged_lineage(context, lineage, store, scoring, scope.samples, "selected_pool", built):
             yield from materialize_partitions(
                 context, dg.AssetKey(scope.key("selected_pool")), context.partition_keys,
-                build=recording(built, lambda partition: select_rows(context, store, scope, blend, models,
+                build=recording(built, lambda partition: select_rows(context, store, scope, scoring, models,
                                                                      partition, config.force)))
 
     @dg.asset(
@@ -170,97 +133,38 @@ def build_scoring_assets(blend: Blend, harmony: HarmonyAssets, scope: Scope | No
     def near_duplicate_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                               lineage: WandbLineage):
         store = storage.get()
-        sample, _ = scope.split(context.partition_keys[0]) if scope.samples else (None, None)
         with permanent_errors_fail_at_once():
-            outcome, summary = materialize_near_duplicates(store, blend, scope.base(sample),
-                                                           Models(blend, log=context.log.info), config.force)
+            outcome, summary = materialize_near_duplicates(store, scoring, scope.base(scope.sample_of(context)),
+                                                           Models(settings, log=context.log.info), config.force)
         metadata = {"status": dg.MetadataValue.text(outcome.status),
                     "pairs": dg.MetadataValue.int(outcome.receipt.stats["rows"]),
                     "report": dg.MetadataValue.md(summary)}
         if lineage.enabled and not scope.samples:
-            lineage.log_scores(context, store, blend.name, "near_duplicate_report",
-                               scores_lineage(store, blend, "near_duplicate_report", []),
-                               [("near_duplicate_report", metadata)])
+            log_scores(lineage, context, store, blend.name, "near_duplicate_report",
+                       scores_lineage(store, scoring, "near_duplicate_report", []),
+                       [("near_duplicate_report", metadata)])
         return dg.MaterializeResult(metadata=metadata)
 
-    return ScoringAssets(nll_scores, embeddings, selected_pool, near_duplicate_report, part_partitions)
-
-
-# --- lineage ------------------------------------------------------------------------------------------------------
-def recording(built: list[tuple[str, dict]], build: Callable[[str], dict]) -> Callable[[str], dict]:
-    """``build``, keeping each partition it built (or found up to date) and its metadata in ``built``."""
-    def record(partition: str) -> dict:
-        metadata = build(partition)
-        built.append((partition, metadata))
-        return metadata
-
-    return record
-
-
-@contextlib.contextmanager
-def logged_lineage(context: dg.AssetExecutionContext, lineage: WandbLineage, store: Storage, blend: Blend,
-                   scope: Scope, asset: str, built: list[tuple[str, dict]]) -> Iterator[None]:
-    """After the block (also when a partition failed): a full build's W&B lineage of the partitions in ``built``
-    (described only when lineage is on: describing lists the scored parts on storage)."""
-    try:
-        yield
-    finally:
-        if lineage.enabled and not scope.samples and built:
-            lineage.log_scores(context, store, blend.name, asset,
-                               scores_lineage(store, blend, asset, [partition for partition, _ in built]), built)
-
-
-def scores_lineage(store: Storage, blend: Blend, asset: str, partitions: list[str]
-                   ) -> list[tuple[ReceiptArtifact, list[ScoresInput]]]:
-    """The artifacts a run of ``asset`` over ``partitions`` logs, each with what it was computed from (the
-    module docstring of resources/wandb_lineage.py). A full build's outputs lie under the blend's name."""
-    base = blend.name
-    if asset == "nll_scores":
-        pools = sorted({PoolPartKey.parse(partition).pool for partition in partitions})
-        return [(nll_artifact(store, base, pool), [CandidatePoolInput(pool)]) for pool in pools]
-    if asset == "embeddings":
-        return [(embeddings_artifact(base, *split_view_key(key)), [CandidatePoolInput(split_view_key(key)[1])])
-                for key in partitions]
-    if asset == "selected_pool":
-        outputs = []
-        for name in partitions:
-            pool, kind = split_selection(name)
-            used = embeddings_artifact(base, DIVERSE_VIEW, pool) if kind == DIVERSE else nll_artifact(store, base, pool)
-            outputs.append((selection_artifact(base, name), [used]))
-        return outputs
-    report = ReceiptArtifact(f"{base}-near-duplicates", "near-duplicate-report",
-                             (prefix_of(near_duplicates_path(base)),))
-    return [(report, [embeddings_artifact(base, *split_view_key(key))
-                      for key in embedding_partitions(blend.scoring)])]
-
-
-def nll_artifact(store: Storage, base: str, pool: str) -> ReceiptArtifact:
-    """Every scored part of a pool."""
-    parts = pool_part_numbers(store, base, pool)
-    return ReceiptArtifact(f"{base}-nll-{pool}", "nll-scores",
-                           tuple(nll_prefix(base, PoolPartKey(pool, part)) for part in parts))
-
-
-def embeddings_artifact(base: str, view: str, pool: str) -> ReceiptArtifact:
-    return ReceiptArtifact(f"{base}-embeddings-{view}-{pool}", "embeddings", (embedding_prefix(base, view, pool),))
+    return {"nll_scores": nll_scores, "embeddings": embeddings, "selected_pool": selected_pool,
+            "near_duplicate_report": near_duplicate_report}
 
 
 # --- the steps ----------------------------------------------------------------------------------------------------
-def score_part(context: dg.AssetExecutionContext, store: Storage, blend: Blend, scope: Scope, models: Models,
+def score_part(context: dg.AssetExecutionContext, store: Storage, scoring: Scoring, scope, models: Models,
                partition: str, force: bool) -> dict:
     sample, part = scope.split(partition)
     base = scope.base(sample)
-    outcome = materialize_nll_part(store, blend, base, PoolPartKey.parse(part), models, force)
+    outcome = materialize_nll_part(store, scoring, base, PoolPartKey.parse(part), models, force)
     stats = outcome.receipt.stats
     context.log.info(f"{partition}: {outcome.status}, {stats['scored_rows']:,} of {stats['rows']:,} row(s) scored, "
                      f"{stats['tokens_scored']:,} tokens, {stats['truncated']:,} truncated, on {stats['device']}")
     return nll_metadata(outcome, store.url(nll_scores_path(base, PoolPartKey.parse(part))))
 
 
-def embed_view(context: dg.AssetExecutionContext, store: Storage, scope: Scope, blend: Blend, models: Models,
+def embed_view(context: dg.AssetExecutionContext, store: Storage, scope, scoring: Scoring, models: Models,
                partition: str, force: bool) -> dict:
     sample, key = scope.split(partition)
-    outcome = materialize_embeddings(store, blend, scope.base(sample), key, models, force)
+    outcome = materialize_embeddings(store, scoring, scope.base(sample), key, models, force)
     stats = outcome.receipt.stats
     context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} row(s) on {stats['device']}")
     return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
@@ -268,11 +172,11 @@ def embed_view(context: dg.AssetExecutionContext, store: Storage, scope: Scope, 
             "model_revision": dg.MetadataValue.text(outcome.receipt.inputs["model"]["revision"])}
 
 
-def select_rows(context: dg.AssetExecutionContext, store: Storage, scope: Scope, blend: Blend, models: Models,
+def select_rows(context: dg.AssetExecutionContext, store: Storage, scope, scoring: Scoring, models: Models,
                 partition: str, force: bool) -> dict:
     sample, name = scope.split(partition)
     base = scope.base(sample)
-    outcome = materialize_selection(store, blend, base, name, models, force)
+    outcome = materialize_selection(store, scoring, base, name, models, force)
     stats = outcome.receipt.stats
     context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} of {stats['candidates']:,} row(s)")
     return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
@@ -282,14 +186,14 @@ def select_rows(context: dg.AssetExecutionContext, store: Storage, scope: Scope,
 
 
 # --- the check ----------------------------------------------------------------------------------------------------
-def check_scored_ids(store: Storage, scope: Scope, partition: str) -> CheckOutcome:
+def check_scored_ids(store: Storage, scope, partition: str) -> CheckOutcome:
     sample, part = scope.split(partition)
     problem = scored_ids_problem(store, scope.base(sample), PoolPartKey.parse(part))
     return CheckOutcome(IDS_MATCH_POOL, problem is None, {"problem": problem or "none"})
 
 
 # --- metadata -----------------------------------------------------------------------------------------------------
-def nll_metadata(outcome: ScoreOutcome, url: str) -> dict:
+def nll_metadata(outcome: Outcome, url: str) -> dict:
     stats = outcome.receipt.stats
     return {
         **outcome_metadata(outcome),

@@ -19,22 +19,18 @@ downstream.py ``downstream_states``); the precision is then what ``scoring.dtype
 (`device.resolved_dtype`). Only the NLL step itself compares against the device it runs on now.
 """
 
+from dataclasses import dataclass
+
 from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import (
-    PoolPartKey,
-    embedding_scores_path,
-    embedding_view_path,
-    nll_scores_path,
-    pool_dir,
-    pool_part_path,
-)
 from nemotron_assets.core.records import NotReady, Receipt, read_receipt
-from nemotron_assets.core.scoring_settings import DIVERSE, ScoringSettings, split_selection
+from nemotron_assets.core.sections import DIVERSE, ScoringSettings, split_selection
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.downstream import _current, pool_inputs, view_inputs
-from nemotron_assets.defs.harmony.embedding import VIEWS
+from nemotron_assets.defs.harmony.downstream import Curation, current_receipt, pool_inputs, view_inputs
+from nemotron_assets.defs.harmony.layout import PoolPartKey, embedding_view_path, pool_dir, pool_part_path
 from nemotron_assets.defs.harmony.pools import PoolThresholds, pool_part_numbers
+from nemotron_assets.defs.harmony.views import VIEWS
 from nemotron_assets.defs.scoring.device import resolved_dtype
+from nemotron_assets.defs.scoring.layout import embedding_scores_path, nll_scores_path
 from nemotron_assets.defs.scoring.model_files import ModelFiles
 
 NLL_FORMAT = "nll-scores/1"
@@ -49,24 +45,36 @@ def prefix_of(relative: str) -> str:
     return relative.rsplit(".", 1)[0]
 
 
-def settings_of(blend: Blend) -> ScoringSettings:
-    if blend.scoring is None:
-        raise ValueError(f"blend {blend.name} has no scoring: section")
-    return blend.scoring
+@dataclass(frozen=True)
+class Scoring:
+    """What of the blend the scoring steps use: its ``scoring:`` section, and the candidate pools it scores (their
+    inputs are the Harmony curation's)."""
+
+    blend: str
+    settings: ScoringSettings
+    curation: Curation
+
+    @classmethod
+    def of(cls, blend: Blend) -> "Scoring":
+        if blend.scoring is None:
+            raise ValueError(f"blend {blend.name} has no scoring: section")
+        return cls(blend.name, blend.scoring, Curation.of(blend))
 
 
 # --- the pools' parts -------------------------------------------------------------------------------------------
-def scored_pool_parts(store: Storage, blend: Blend, base: str) -> list[PoolPartKey]:
+def scored_pool_parts(store: Storage, scoring: Scoring, base: str) -> list[PoolPartKey]:
     """Every part of every scored pool that exists under ``base``, in ``scoring.pools`` then part order."""
-    return [PoolPartKey(pool, part) for pool in settings_of(blend).pools
+    return [PoolPartKey(pool, part) for pool in scoring.settings.pools
             for part in pool_part_numbers(store, base, pool)]
 
 
-def current_pool_part(store: Storage, blend: Blend, base: str, key: PoolPartKey) -> Receipt:
+def current_pool_part(store: Storage, scoring: Scoring, base: str, key: PoolPartKey) -> Receipt:
     """The receipt of a pool part, which must be up to date (judged with the thresholds it was built with)."""
-    return _current(store, prefix_of(pool_part_path(base, key.pool, key.part)),
-                    lambda built: pool_inputs(store, blend, base, PoolThresholds(**built.inputs["thresholds"])),
-                    f"pool part {key}", f"{blend.name}/candidate_pool partition {key.pool!r}")
+    def inputs_of(built: Receipt) -> dict:  # judged with the thresholds it was built with
+        return pool_inputs(store, scoring.curation, base, PoolThresholds(**built.inputs["thresholds"]))
+
+    return current_receipt(store, prefix_of(pool_part_path(base, key.pool, key.part)), inputs_of,
+                           f"pool part {key}", f"{scoring.blend}/candidate_pool partition {key.pool!r}")
 
 
 # --- NLL parts ----------------------------------------------------------------------------------------------------
@@ -94,25 +102,25 @@ def nll_prefix(base: str, key: PoolPartKey) -> str:
     return prefix_of(nll_scores_path(base, key))
 
 
-def expected_nll_inputs(store: Storage, blend: Blend, base: str, key: PoolPartKey, model: ModelFiles) -> dict:
+def expected_nll_inputs(store: Storage, scoring: Scoring, base: str, key: PoolPartKey, model: ModelFiles) -> dict:
     """The inputs an NLL part would be built from now, judged without torch."""
-    settings = settings_of(blend)
+    settings = scoring.settings
     built = read_receipt(store, nll_prefix(base, key))
-    return nll_inputs(settings, current_pool_part(store, blend, base, key), model, *judged_device(settings, built))
+    return nll_inputs(settings, current_pool_part(store, scoring, base, key), model, *judged_device(settings, built))
 
 
-def current_nll_parts(store: Storage, blend: Blend, base: str, pool: str, model: ModelFiles) -> dict[str, Receipt]:
+def current_nll_parts(store: Storage, scoring: Scoring, base: str, pool: str, model: ModelFiles) -> dict[str, Receipt]:
     """``part-NNNNN`` -> receipt of every NLL part of ``pool``, all of which must be up to date (``NotReady``)."""
     parts = pool_part_numbers(store, base, pool)
     if not parts:
         raise NotReady(f"pool {pool!r} has no part under {store.url(pool_dir(base, pool))}: materialize "
-                       f"{blend.name}/candidate_pool partition {pool!r} first")
+                       f"{scoring.blend}/candidate_pool partition {pool!r} first")
     receipts = {}
     for part in parts:
         key = PoolPartKey(pool, part)
-        receipts[f"part-{part:05d}"] = _current(
-            store, nll_prefix(base, key), lambda _, key=key: expected_nll_inputs(store, blend, base, key, model),
-            f"NLL scores of {key}", f"{blend.name}/nll_scores partition {str(key)!r}")
+        receipts[f"part-{part:05d}"] = current_receipt(
+            store, nll_prefix(base, key), lambda _, key=key: expected_nll_inputs(store, scoring, base, key, model),
+            f"NLL scores of {key}", f"{scoring.blend}/nll_scores partition {str(key)!r}")
     return receipts
 
 
@@ -130,10 +138,10 @@ def split_view_key(key: str) -> tuple[str, str]:
     return view, pool
 
 
-def current_view(store: Storage, blend: Blend, base: str, view: str, pool: str) -> Receipt:
-    return _current(store, prefix_of(embedding_view_path(base, view, pool)),
-                    lambda _: view_inputs(store, blend, base, pool), f"the {view} view of {pool!r}",
-                    f"{blend.name}/embedding_view partition {pool!r}")
+def current_view(store: Storage, scoring: Scoring, base: str, view: str, pool: str) -> Receipt:
+    return current_receipt(store, prefix_of(embedding_view_path(base, view, pool)),
+                    lambda _: view_inputs(store, scoring.curation, base, pool), f"the {view} view of {pool!r}",
+                    f"{scoring.blend}/embedding_view partition {pool!r}")
 
 
 def embedding_inputs(view_part: Receipt, model: ModelFiles, device: str, dtype: str) -> dict:
@@ -145,42 +153,42 @@ def embedding_prefix(base: str, view: str, pool: str) -> str:
     return prefix_of(embedding_scores_path(base, view, pool))
 
 
-def expected_embedding_inputs(store: Storage, blend: Blend, base: str, view: str, pool: str,
+def expected_embedding_inputs(store: Storage, scoring: Scoring, base: str, view: str, pool: str,
                               model: ModelFiles) -> dict:
-    settings = settings_of(blend)
+    settings = scoring.settings
     built = read_receipt(store, embedding_prefix(base, view, pool))
-    return embedding_inputs(current_view(store, blend, base, view, pool), model, *judged_device(settings, built))
+    return embedding_inputs(current_view(store, scoring, base, view, pool), model, *judged_device(settings, built))
 
 
-def current_embeddings(store: Storage, blend: Blend, base: str, view: str, pool: str, model: ModelFiles) -> Receipt:
-    return _current(store, embedding_prefix(base, view, pool),
-                    lambda _: expected_embedding_inputs(store, blend, base, view, pool, model),
-                    f"the {view} embeddings of {pool!r}", f"{blend.name}/embeddings partition '{view}/{pool}'")
+def current_embeddings(store: Storage, scoring: Scoring, base: str, view: str, pool: str, model: ModelFiles) -> Receipt:
+    return current_receipt(store, embedding_prefix(base, view, pool),
+                    lambda _: expected_embedding_inputs(store, scoring, base, view, pool, model),
+                    f"the {view} embeddings of {pool!r}", f"{scoring.blend}/embeddings partition '{view}/{pool}'")
 
 
 # --- selections and the report ------------------------------------------------------------------------------------
-def selection_inputs(store: Storage, blend: Blend, base: str, name: str, llm: ModelFiles | None,
+def selection_inputs(store: Storage, scoring: Scoring, base: str, name: str, llm: ModelFiles | None,
                      embedder: ModelFiles | None) -> dict:
     """A selection is built from its pool's parts and their NLL scores (easy, hard) or their embeddings
     (diverse), and the quantile or k."""
-    settings = settings_of(blend)
+    settings = scoring.settings
     pool, kind = split_selection(name)
-    pool_parts = {f"part-{part:05d}": current_pool_part(store, blend, base, PoolPartKey(pool, part))
+    pool_parts = {f"part-{part:05d}": current_pool_part(store, scoring, base, PoolPartKey(pool, part))
                   .files[".parquet"]["sha256"] for part in pool_part_numbers(store, base, pool)}
     inputs = {"format": SELECTION_FORMAT, "pool": pool, "kind": kind, "pool_parts": pool_parts}
     if kind == DIVERSE:
-        scores = current_embeddings(store, blend, base, DIVERSE_VIEW, pool, embedder)
+        scores = current_embeddings(store, scoring, base, DIVERSE_VIEW, pool, embedder)
         return {**inputs, "view": DIVERSE_VIEW, "embeddings": scores.files[".parquet"]["sha256"],
                 "k": settings.diverse_k}
-    scores = current_nll_parts(store, blend, base, pool, llm)
+    scores = current_nll_parts(store, scoring, base, pool, llm)
     return {**inputs, "scores": {part: r.files[".parquet"]["sha256"] for part, r in scores.items()},
             "quantile": settings.select_quantile}
 
 
-def near_duplicate_inputs(store: Storage, blend: Blend, base: str, embedder: ModelFiles) -> dict:
-    settings = settings_of(blend)
+def near_duplicate_inputs(store: Storage, scoring: Scoring, base: str, embedder: ModelFiles) -> dict:
+    settings = scoring.settings
     versions = {}
     for key in embedding_partitions(settings):
         view, pool = split_view_key(key)
-        versions[key] = current_embeddings(store, blend, base, view, pool, embedder).files[".parquet"]["sha256"]
+        versions[key] = current_embeddings(store, scoring, base, view, pool, embedder).files[".parquet"]["sha256"]
     return {"format": NEAR_DUPLICATES_FORMAT, "threshold": settings.near_dup_threshold, "embeddings": versions}

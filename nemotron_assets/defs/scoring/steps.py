@@ -6,7 +6,7 @@
     near_duplicate_report  <base>/scores/near_duplicates.parquet + .md          (+ near_duplicates.json receipt)
 
 Each step follows the platform's protocol: the receipt ``inputs`` (scoring/inputs.py) are compared with the current
-ones by records.py ``freshness``; an up-to-date output is skipped (so a re-run scores only missing or stale parts);
+ones by core/records.py ``freshness``; an up-to-date output is skipped (so a re-run scores only missing or stale parts);
 otherwise the old receipt is deleted, the files are staged and committed, and the receipt is written last. Upstream
 outputs that are not up to date are refused with ``NotReady`` naming what to materialize.
 
@@ -16,11 +16,8 @@ A selection is written in the candidate pool's own layout (its columns, a subset
 receipt per part and a ``manifest.json``, so ``sft.from`` reads it as it reads a pool (sft/steps/inputs.py).
 """
 
-import hashlib
 import json
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +25,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import (
-    PoolPartKey,
-    embedding_scores_path,
-    embedding_view_path,
-    near_duplicates_path,
-    nll_scores_path,
-    pool_dir,
-    pool_part_path,
-)
-from nemotron_assets.core.records import Receipt, freshness, rebuild_reason, receipt_path, write_receipt
-from nemotron_assets.core.scoring_settings import DIVERSE, split_selection
+from nemotron_assets.core.sections import DIVERSE, ScoringSettings, split_selection
+from nemotron_assets.core.step import Outcome, Output, Staged, build_output
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.layout import PoolPartKey, embedding_view_path, pool_part_path
 from nemotron_assets.defs.scoring.extra import require_scoring_extra
 from nemotron_assets.defs.scoring.inputs import (
     DIVERSE_VIEW,
+    Scoring,
     current_pool_part,
     current_view,
     embedding_inputs,
@@ -55,9 +44,9 @@ from nemotron_assets.defs.scoring.inputs import (
     pool_part_numbers,
     prefix_of,
     selection_inputs,
-    settings_of,
     split_view_key,
 )
+from nemotron_assets.defs.scoring.layout import embedding_scores_path, near_duplicates_path, nll_scores_path
 from nemotron_assets.defs.scoring.model_files import ModelFiles, locate_model
 
 NLL_KIND, EMBEDDING_KIND, SELECTION_KIND, NEAR_DUPLICATES_KIND = ("nll_scores", "embeddings", "selected_pool",
@@ -66,20 +55,11 @@ NLL_KIND, EMBEDDING_KIND, SELECTION_KIND, NEAR_DUPLICATES_KIND = ("nll_scores", 
 NLL_BUCKETS = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12)
 
 
-@dataclass(frozen=True)
-class ScoreOutcome:
-    key: str
-    status: str  # "built" or "up to date"
-    receipt: Receipt
-    seconds: float = 0.0
-    rebuilt_because: str = ""
-
-
 class Models:
     """The models of one run, found and loaded once, on first use (a run scores many parts with one model)."""
 
-    def __init__(self, blend: Blend, log: Callable[[str], None] = print) -> None:
-        self.settings = settings_of(blend)
+    def __init__(self, settings: ScoringSettings, log: Callable[[str], None] = print) -> None:
+        self.settings = settings
         self.log = log
         self._cache: dict[str, Any] = {}
 
@@ -137,48 +117,30 @@ class Models:
 
 
 def _run(store: Storage, prefix: str, key: str, kind: str, inputs: dict, force: bool,
-         build: Callable[[Path], tuple[dict, dict]]) -> ScoreOutcome:
-    """Skip when up to date; else delete the receipt, ``build(staging folder)`` (commits the files, returns the
-    receipt's files and stats) and write the receipt last."""
-    started = time.monotonic()
-    current = freshness(store, prefix, inputs)
-    because = rebuild_reason(current, force)
-    if because is None:
-        return ScoreOutcome(key, "up to date", current.receipt, time.monotonic() - started)
-    store.delete(receipt_path(prefix))
-    with store.staging() as folder:
-        files, stats = build(folder)
-    receipt = write_receipt(store, prefix, Receipt(kind=kind, key=key, inputs=inputs, files=files, stats=stats))
-    return ScoreOutcome(key, "built", receipt, time.monotonic() - started, because)
-
-
-def _file(path: Path) -> dict:
-    data = path.read_bytes()
-    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+         build: Callable[[Path], Staged]) -> Outcome:
+    return build_output(store, Output(prefix, inputs, kind, key), build, force)
 
 
 # --- NLL ----------------------------------------------------------------------------------------------------------
-def materialize_nll_part(store: Storage, blend: Blend, base: str, key: PoolPartKey, models: Models,
-                         force: bool = False) -> ScoreOutcome:
+def materialize_nll_part(store: Storage, scoring: Scoring, base: str, key: PoolPartKey, models: Models,
+                         force: bool = False) -> Outcome:
     """Score one pool part (nll_parts.py ``score_pool_part``), or find its scores up to date."""
     require_scoring_extra()
     from nemotron_assets.defs.scoring.nll_parts import score_pool_part
 
-    settings = settings_of(blend)
-    pool_part = current_pool_part(store, blend, base, key)
+    settings = scoring.settings
+    pool_part = current_pool_part(store, scoring, base, key)
     inputs = nll_inputs(settings, pool_part, models.llm_files, models.device.device, models.device.dtype)
     source = pool_part_path(base, key.pool, key.part)
 
-    def build(folder: Path) -> tuple[dict, dict]:
+    def build(folder: Path) -> Staged:
         staged = folder / "scores.parquet"
         with store.open(source) as stream:
             stats = score_pool_part(stream, staged, models.renderer, models.scorer, models.llm_files,
                                     settings.max_tokens, name=store.url(source))
         histogram = nll_histogram(pq.read_table(staged, columns=["nll_mean"]).column("nll_mean"))
-        files = {".parquet": _file(staged)}
-        store.commit(staged, nll_scores_path(base, key))  # moves the staged file
-        return files, {**stats.as_dict(), "nll_histogram": histogram,
-                                             **models.device.as_metadata()}
+        return Staged({".parquet": staged}, {**stats.as_dict(), "nll_histogram": histogram,
+                                             **models.device.as_metadata()})
 
     return _run(store, nll_prefix(base, key), str(key), NLL_KIND, inputs, force, build)
 
@@ -196,47 +158,45 @@ def nll_histogram(nll_mean: pa.ChunkedArray) -> dict[str, int]:
 
 
 # --- embeddings ---------------------------------------------------------------------------------------------------
-def materialize_embeddings(store: Storage, blend: Blend, base: str, key: str, models: Models,
-                           force: bool = False) -> ScoreOutcome:
+def materialize_embeddings(store: Storage, scoring: Scoring, base: str, key: str, models: Models,
+                           force: bool = False) -> Outcome:
     """Embed one view of one scored pool (embedding_parts.py ``embed_view_part``), or find it up to date."""
     require_scoring_extra()
     from nemotron_assets.defs.scoring.embedding_parts import embed_view_part
 
     view, pool = split_view_key(key)
-    inputs = embedding_inputs(current_view(store, blend, base, view, pool), models.embedder_files,
+    inputs = embedding_inputs(current_view(store, scoring, base, view, pool), models.embedder_files,
                               models.device.device, models.device.dtype)
     source = embedding_view_path(base, view, pool)
 
-    def build(folder: Path) -> tuple[dict, dict]:
+    def build(folder: Path) -> Staged:
         staged = folder / "embeddings.parquet"
         with store.open(source) as stream:
             stats = embed_view_part(stream, staged, models.embedder, models.embedder_files, name=store.url(source))
-        files = {".parquet": _file(staged)}
-        store.commit(staged, embedding_scores_path(base, view, pool))
-        return files, {**stats.as_dict(), **models.device.as_metadata()}
+        return Staged({".parquet": staged}, {**stats.as_dict(), **models.device.as_metadata()})
 
     return _run(store, embedding_prefix(base, view, pool), key, EMBEDDING_KIND, inputs, force, build)
 
 
 # --- selections ---------------------------------------------------------------------------------------------------
-def materialize_selection(store: Storage, blend: Blend, base: str, name: str, models: Models,
-                          force: bool = False) -> ScoreOutcome:
+def materialize_selection(store: Storage, scoring: Scoring, base: str, name: str, models: Models,
+                          force: bool = False) -> Outcome:
     """``<pool>_easy``/``_hard`` (NLL quantiles) or ``<pool>_diverse`` (greedy k-center on the prompt
     embeddings), written as a pool (see the module docstring). Loads no model."""
     require_scoring_extra()
     from nemotron_assets.defs.scoring.selection import greedy_k_center, select_by_nll, write_selected_rows
 
-    settings = settings_of(blend)
+    settings = scoring.settings
     pool, kind = split_selection(name)
     if pool not in settings.pools or name not in settings.selections():
         raise ValueError(f"{name!r} is not a selection of this blend (selections: {', '.join(settings.selections())})")
     diverse = kind == DIVERSE
-    inputs = selection_inputs(store, blend, base, name, None if diverse else models.llm_files,
+    inputs = selection_inputs(store, scoring, base, name, None if diverse else models.llm_files,
                               models.embedder_files if diverse else None)
     parts = [pool_part_path(base, pool, part) for part in pool_part_numbers(store, base, pool)]
     out = pool_part_path(base, name, 0)
 
-    def build(folder: Path) -> tuple[dict, dict]:
+    def build(folder: Path) -> Staged:
         if diverse:
             ids, vectors = _read_embeddings(store, embedding_scores_path(base, DIVERSE_VIEW, pool))
             chosen = [ids[i] for i in greedy_k_center(vectors, settings.diverse_k)] if ids else []
@@ -253,10 +213,7 @@ def materialize_selection(store: Storage, blend: Blend, base: str, name: str, mo
         manifest = {"pool": name, "selected_from": pool, "selection": kind, "rows": rows, **details}
         manifest_file = folder / "manifest.json"
         manifest_file.write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n")
-        files = {".parquet": _file(staged), "manifest.json": _file(manifest_file)}
-        store.commit(staged, out)
-        store.commit(manifest_file, f"{pool_dir(base, name)}/manifest.json")
-        return files, manifest
+        return Staged({".parquet": staged, "manifest.json": manifest_file}, manifest)
 
     return _run(store, prefix_of(out), name, SELECTION_KIND, inputs, force, build)
 
@@ -291,22 +248,22 @@ def _read_embeddings(store: Storage, path: str) -> tuple[list[str], np.ndarray]:
 REPORT_COLUMNS = [("view", pa.string()), ("pool", pa.string())]
 
 
-def materialize_near_duplicates(store: Storage, blend: Blend, base: str, models: Models,
-                                force: bool = False) -> tuple[ScoreOutcome, str]:
+def materialize_near_duplicates(store: Storage, scoring: Scoring, base: str, models: Models,
+                                force: bool = False) -> tuple[Outcome, str]:
     """Pairs at or above ``scoring.near_dup_threshold`` within each view of each scored pool (near_duplicates.py:
     blocked matrix products, never the n x n matrix): one Parquet (``view``, ``pool``, then the pair's columns) and a
     Markdown summary. Returns (outcome, the summary)."""
     require_scoring_extra()
     from nemotron_assets.defs.scoring.near_duplicates import REPORT_SCHEMA, write_near_duplicate_report
 
-    settings = settings_of(blend)
-    inputs = near_duplicate_inputs(store, blend, base, models.embedder_files)
+    settings = scoring.settings
+    inputs = near_duplicate_inputs(store, scoring, base, models.embedder_files)
     parquet = near_duplicates_path(base)
     markdown = prefix_of(parquet) + ".md"
     schema = pa.schema([*REPORT_COLUMNS, *REPORT_SCHEMA])
     summary: list[str] = []
 
-    def build(folder: Path) -> tuple[dict, dict]:
+    def build(folder: Path) -> Staged:
         staged = folder / "near_duplicates.parquet"
         per_view: dict[str, dict] = {}
         with pq.ParquetWriter(staged, schema, compression="zstd") as writer:
@@ -324,11 +281,9 @@ def materialize_near_duplicates(store: Storage, blend: Blend, base: str, models:
         text = report_markdown(settings.near_dup_threshold, per_view)
         (folder / "near_duplicates.md").write_text(text, encoding="utf-8")
         summary.append(text)
-        files = {".parquet": _file(staged), ".md": _file(folder / "near_duplicates.md")}
-        store.commit(staged, parquet)
-        store.commit(folder / "near_duplicates.md", markdown)
-        return (files, {"rows": sum(v["pairs"] for v in per_view.values()), "threshold": settings.near_dup_threshold,
-                 "by_view": per_view})
+        return Staged({".parquet": staged, ".md": folder / "near_duplicates.md"},
+                      {"rows": sum(v["pairs"] for v in per_view.values()), "threshold": settings.near_dup_threshold,
+                       "by_view": per_view})
 
     outcome = _run(store, prefix_of(parquet), "near_duplicate_report", NEAR_DUPLICATES_KIND, inputs, force, build)
     return outcome, summary[0] if summary else store.read_bytes(markdown).decode()

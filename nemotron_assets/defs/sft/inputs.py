@@ -1,4 +1,4 @@
-"""What determines the bytes of each packed-SFT output: the receipts' ``inputs`` (records.py), in one place, so the
+"""What determines the bytes of each packed-SFT output: the receipts' ``inputs`` (core/records.py), in one place, so the
 steps, ``status`` and ``verify`` judge "up to date" the same way.
 
 - **samples** of one Harmony shard (``sft_samples``): the Harmony shard's file version (size and sha256 from its own
@@ -18,44 +18,30 @@ staleness is transitive: a changed template makes every samples file stale, then
 the manifest; a changed ``pack_size`` only the plan, the packed shards and the manifest.
 """
 
-import functools
 import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from nemotron_assets.chat.chat_format import ChatFormatSpec, default_tokenizer_model
 from nemotron_assets.chat.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_BASE_SHA256, O200K_HARMONY
 from nemotron_assets.chat.templates import RENDER_DATE
-from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.layout import (
-    ShardKey,
-    duplicates_path,
-    harmony_shard_prefix,
-    pool_dir,
-    pool_part_number,
-    sft_plan_prefix,
-    sft_samples_prefix,
-)
-from nemotron_assets.core.pool_names import POOL_NAMES
-from nemotron_assets.core.records import (
-    Freshness,
-    NotReady,
-    Receipt,
-    SourceManifest,
-    freshness,
-    read_receipt,
-    require_manifest,
-)
-from nemotron_assets.core.sft_settings import BUILTIN_TEMPLATES, SftSettings
+from nemotron_assets.core.blend import Blend
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import Freshness, NotReady, Receipt, freshness, read_receipt, require_manifest
+from nemotron_assets.core.sections import BUILTIN_TEMPLATES, POOL_NAMES, HoldoutSettings, SftSettings
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony import harmony_step
-from nemotron_assets.defs.harmony.downstream import dedup_inputs, pool_inputs
+from nemotron_assets.defs.harmony.downstream import Curation, dedup_inputs, pool_inputs
+from nemotron_assets.defs.harmony.layout import duplicates_path, pool_dir, pool_part_number
 from nemotron_assets.defs.harmony.pools import PoolThresholds
+from nemotron_assets.defs.harmony.shard import harmony_freshness
 from nemotron_assets.defs.sft import samples_file
 from nemotron_assets.defs.sft.batch_render import O200K_EOS
+from nemotron_assets.defs.sft.layout import sft_plan_prefix, sft_samples_prefix
+from nemotron_assets.formats.packing import PackSettings
 from nemotron_assets.formats.splits import SPLITS, Holdout
+from nemotron_assets.sources.manifest import SourceManifest
+from nemotron_assets.tokenize.loading import file_sha256, locate_tokenizer
 
 #: 4: an Arrow IPC file (samples_file.py); 3: masked-role search finds tool-call arguments JSON-escaped too;
 #: 2: masked-role spans at the earliest place, plain-encoded token columns
@@ -66,27 +52,47 @@ MANIFEST_FORMAT = "sft-manifest/1"
 #: o200k_harmony's end-of-sequence token: gpt-oss's tokenizer config names ``<|return|>`` (what Bridge pads with).
 
 
-def sft_settings(blend: Blend) -> SftSettings:
-    if blend.sft is None:
-        raise ValueError(f"blend {blend.name!r} has no sft: section")
-    return blend.sft
+@dataclass(frozen=True)
+class PackedSft:
+    """What of the blend the packed SFT steps use, built from it in one place (`of`)."""
+
+    blend: str
+    sft: SftSettings  # the blend's sft: section
+    curation: Curation  # the family datasets in blend order (their shards, dedup results and pools)
+    chat: ChatFormatSpec  # the template and the tokenizer (its default: the blend's, or o200k_harmony for harmony)
+    holdout: HoldoutSettings | None
+    fixed_splits: dict[str, str | None]  # datasets listed under valid:/test: go wholly there
+    weights: dict[str, float]  # a dataset's weight is its repeat factor
+
+    @classmethod
+    def of(cls, blend: Blend, backend: str = "auto") -> "PackedSft":
+        if blend.sft is None:
+            raise ValueError(f"blend {blend.name!r} has no sft: section")
+        sft = blend.sft
+        tokenizer = sft.tokenizer_model or default_tokenizer_model(sft.chat_template, blend.tokenizer_model)
+        revision = sft.tokenizer_revision if sft.tokenizer_model else (
+            None if tokenizer == O200K_HARMONY else blend.tokenizer_revision)
+        family = blend.datasets_of("harmony")
+        return cls(blend.name, sft, Curation.of(blend), ChatFormatSpec(sft.chat_template, tokenizer, revision, backend),
+                   blend.holdout,
+                   {e.name: (blend.split_of(e.name) if blend.split_of(e.name) in ("valid", "test") else None)
+                    for e in family},
+                   {e.name: e.weight for e in family})
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(self.curation.datasets)
+
+    @property
+    def holdout_split(self) -> Holdout | None:
+        return self.holdout.holdout() if self.holdout is not None else None
 
 
-def chat_format_spec(blend: Blend, backend: str = "auto") -> ChatFormatSpec:
-    """The blend's ``sft:`` rendering settings as a `ChatFormatSpec` (the tokenizer defaults to the blend's, and to
-    ``o200k_harmony`` for ``harmony``)."""
-    sft = sft_settings(blend)
-    tokenizer = sft.tokenizer_model or default_tokenizer_model(sft.chat_template, blend.tokenizer_model)
-    revision = sft.tokenizer_revision if sft.tokenizer_model else (
-        None if tokenizer == O200K_HARMONY else blend.tokenizer_revision)
-    return ChatFormatSpec(sft.chat_template, tokenizer, revision, backend)
 
-
-def chat_identity(blend: Blend) -> dict:
+def chat_identity(sft: PackedSft) -> dict:
     """The template, the tokenizer and the render options: what decides a conversation's ids and masks."""
-    spec = chat_format_spec(blend)
-    return {"template": template_identity(spec.chat_template),
-            "tokenizer": tokenizer_identity(spec.tokenizer_model, spec.tokenizer_revision),
+    return {"template": template_identity(sft.chat.chat_template),
+            "tokenizer": tokenizer_identity(sft.chat.tokenizer_model, sft.chat.tokenizer_revision),
             "render": {"render_date": RENDER_DATE.isoformat(), "harmony_reasoning_effort": "per row"}}
 
 
@@ -94,34 +100,18 @@ def template_identity(chat_template: str) -> dict:
     """A builtin template by name (its text is this code's, versioned by the formats), a file by its sha256."""
     if chat_template in BUILTIN_TEMPLATES:
         return {"builtin": chat_template}
-    return {"sha256": _file_sha256(chat_template, *_stat(chat_template))}
+    return {"sha256": file_sha256(chat_template)}
 
 
 def tokenizer_identity(tokenizer_model: str, revision: str | None) -> dict:
-    """``o200k_harmony``: its vocabulary file's sha256 and its special tokens; a tokenizer.json tokenizer: the file's
-    sha256 (which fixes its vocabulary) and its special-token names. Pretraining's identity (pretrain/inputs.py)
-    adds the vocabulary size, which picks its token dtype; counting it parses the whole file (0.16 s for Llama-3),
-    in every run process that checks an SFT receipt, and SFT has no use for it."""
+    """``o200k_harmony``: its vocabulary file's sha256 and its special tokens; a tokenizer.json tokenizer: its
+    identity (tokenize/loading.py: the file's sha256, which fixes its vocabulary, and its special-token names).
+    Pretraining's identity adds the vocabulary size, which picks its token dtype; SFT has no use for it."""
     if tokenizer_model == O200K_HARMONY:
         specials = json.dumps([sorted(HARMONY_SPECIAL_TOKENS.items()), list(LITERALS), O200K_EOS]).encode()
         return {"name": O200K_HARMONY, "o200k_base_sha256": O200K_BASE_SHA256,
                 "special_tokens_sha256": hashlib.sha256(specials).hexdigest()}
-    from nemotron_assets.tokenize.loading import locate_tokenizer
-
-    files = locate_tokenizer(tokenizer_model, revision)
-    path = str(files.tokenizer_json)
-    return {"sha256": _file_sha256(path, *_stat(path)), "eos_token": files.eos_token, "bos_token": files.bos_token,
-            "sep_token": files.sep_token}
-
-
-def _stat(path: str) -> tuple[int, int]:
-    stat = Path(path).stat()
-    return stat.st_size, stat.st_mtime_ns
-
-
-@functools.lru_cache(maxsize=8)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return locate_tokenizer(tokenizer_model, revision).identity()
 
 
 def template_sha256(identity: dict) -> str:
@@ -134,30 +124,25 @@ def tokenizer_sha256(identity: dict) -> str:
 
 
 # --- samples -----------------------------------------------------------------------------------------------------
-def family_entries(blend: Blend) -> list[DatasetEntry]:
-    return blend.datasets_of("harmony")
-
-
-def harmony_version(store: Storage, blend: Blend, base: str, manifest: SourceManifest, index: int) -> dict:
+def harmony_version(store: Storage, sft: PackedSft, base: str, manifest: SourceManifest, index: int) -> dict:
     """The Harmony shard's file version (its receipt's ``.parquet`` entry), which must be up to date."""
     key = ShardKey(manifest.dataset, index)
-    prefix = harmony_shard_prefix(base, key)
-    state = freshness(store, prefix, harmony_step.shard_inputs(blend, blend.entry(manifest.dataset), manifest, index))
+    state = harmony_freshness(store, sft.curation.datasets[manifest.dataset], base, manifest, index)
     if not state.done:
         raise NotReady(f"Harmony shard {key} is {state.state.value}: {state.reason or 'not built'}; materialize "
-                       f"{blend.name}/harmony_shard partition '{key}' first")
+                       f"{sft.blend}/harmony_shard partition '{key}' first")
     return dict(state.receipt.files[".parquet"])
 
 
-def samples_inputs(store: Storage, blend: Blend, base: str, manifest: SourceManifest, index: int,
+def samples_inputs(store: Storage, sft: PackedSft, base: str, manifest: SourceManifest, index: int,
                    chat: dict) -> dict:
-    return {"format": SAMPLES_FORMAT, "harmony_shard": harmony_version(store, blend, base, manifest, index), **chat}
+    return {"format": SAMPLES_FORMAT, "harmony_shard": harmony_version(store, sft, base, manifest, index), **chat}
 
 
-def samples_freshness(store: Storage, blend: Blend, base: str, manifest: SourceManifest, index: int, chat: dict,
+def samples_freshness(store: Storage, sft: PackedSft, base: str, manifest: SourceManifest, index: int, chat: dict,
                       read_content: bool = False) -> Freshness:
     prefix = sft_samples_prefix(base, ShardKey(manifest.dataset, index))
-    return freshness(store, prefix, samples_inputs(store, blend, base, manifest, index, chat),
+    return freshness(store, prefix, samples_inputs(store, sft, base, manifest, index, chat),
                      read_content=read_content)
 
 
@@ -171,16 +156,16 @@ class SamplesFile:
     receipt: Receipt
 
 
-def current_samples(store: Storage, blend: Blend, base: str, chat: dict) -> list[SamplesFile]:
+def current_samples(store: Storage, sft: PackedSft, base: str, chat: dict) -> list[SamplesFile]:
     """Every planned Harmony shard's samples file, in blend then shard order; ``NotReady`` naming every one that is
     not up to date (a plan over a mix of old and new samples would pack the wrong ids)."""
     files, not_done = [], []
-    for entry in family_entries(blend):
-        manifest = require_manifest(store, blend.name, base, entry.name)
+    for dataset in sft.datasets:
+        manifest = require_manifest(store, sft.blend, base, dataset)
         for shard in manifest.shards:
-            key = ShardKey(entry.name, shard.index)
+            key = ShardKey(dataset, shard.index)
             try:
-                state = samples_freshness(store, blend, base, manifest, shard.index, chat)
+                state = samples_freshness(store, sft, base, manifest, shard.index, chat)
             except NotReady as exc:
                 not_done.append(f"{key} ({exc})")
                 continue
@@ -190,24 +175,24 @@ def current_samples(store: Storage, blend: Blend, base: str, chat: dict) -> list
             files.append(SamplesFile(key, sft_samples_prefix(base, key) + samples_file.SUFFIX, state.receipt))
     if not_done:
         shown = "; ".join(not_done[:5]) + (f"; and {len(not_done) - 5} more" if len(not_done) > 5 else "")
-        raise NotReady(f"SFT samples are not up to date: {shown}; materialize {blend.name}/sft_samples first")
+        raise NotReady(f"SFT samples are not up to date: {shown}; materialize {sft.blend}/sft_samples first")
     return files
 
 
-def current_duplicates(store: Storage, blend: Blend, base: str) -> dict[str, str]:
+def current_duplicates(store: Storage, sft: PackedSft, base: str) -> dict[str, str]:
     """Each family dataset's dedup result (sha256), which must be up to date."""
     versions = {}
-    for entry in family_entries(blend):
-        prefix = duplicates_path(base, entry.name).rsplit(".", 1)[0]
-        state = freshness(store, prefix, dedup_inputs(store, blend, base, entry.name)[0])
+    for dataset in sft.datasets:
+        prefix = duplicates_path(base, dataset).rsplit(".", 1)[0]
+        state = freshness(store, prefix, dedup_inputs(store, sft.curation, base, dataset)[0])
         if not state.done:
-            raise NotReady(f"the dedup result of {entry.name!r} is {state.state.value}: {state.reason or 'not built'}"
-                           f"; materialize {blend.name}/harmony_dedup partition {entry.name!r} first")
-        versions[entry.name] = state.receipt.files[".parquet"]["sha256"]
+            raise NotReady(f"the dedup result of {dataset!r} is {state.state.value}: {state.reason or 'not built'}"
+                           f"; materialize {sft.blend}/harmony_dedup partition {dataset!r} first")
+        versions[dataset] = state.receipt.files[".parquet"]["sha256"]
     return versions
 
 
-def current_pool_parts(store: Storage, blend: Blend, base: str, pool: str) -> dict[str, str]:
+def current_pool_parts(store: Storage, sft: PackedSft, base: str, pool: str) -> dict[str, str]:
     """``part-NNNNN.parquet`` -> sha256 of one pool named by ``sft.from``, which must be up to date.
 
     A candidate pool is judged by the one definition (its inputs: every shard and dedup result, and the thresholds
@@ -216,7 +201,7 @@ def current_pool_parts(store: Storage, blend: Blend, base: str, pool: str) -> di
     folder = pool_dir(base, pool)
     parts = sorted(name.rsplit("/", 1)[-1] for name in store.list(folder)
                    if pool_part_number(name.rsplit("/", 1)[-1]) is not None)
-    what = f"{blend.name}/candidate_pool partition {pool!r}" if pool in POOL_NAMES else f"the selection {pool!r}"
+    what = f"{sft.blend}/candidate_pool partition {pool!r}" if pool in POOL_NAMES else f"the selection {pool!r}"
     if not parts:
         raise NotReady(f"pool {pool!r} (sft.from) has no part under {store.url(folder)}: materialize {what} first")
     versions = {}
@@ -225,7 +210,7 @@ def current_pool_parts(store: Storage, blend: Blend, base: str, pool: str) -> di
         built = read_receipt(store, prefix)
         if built is None:
             raise NotReady(f"{store.url(prefix + '.parquet')} (pool {pool!r}) has no receipt: materialize {what} first")
-        expected = (pool_inputs(store, blend, base, PoolThresholds(**built.inputs["thresholds"]))
+        expected = (pool_inputs(store, sft.curation, base, PoolThresholds(**built.inputs["thresholds"]))
                     if pool in POOL_NAMES else built.inputs)
         state = freshness(store, prefix, expected)
         if not state.done:
@@ -234,20 +219,19 @@ def current_pool_parts(store: Storage, blend: Blend, base: str, pool: str) -> di
     return versions
 
 
-def fixed_splits(blend: Blend) -> dict[str, str | None]:
-    """Datasets listed under the blend's ``valid:`` or ``test:`` go wholly to that split; others by hash."""
-    return {e.name: (blend.split_of(e.name) if blend.split_of(e.name) in ("valid", "test") else None)
-            for e in family_entries(blend)}
-
-
-def holdout_of(blend: Blend) -> Holdout | None:
-    return blend.holdout.holdout() if blend.holdout is not None else None
-
-
 def packing_settings(sft: SftSettings) -> dict:
+    """The ``sft:`` keys that decide the bins, as the plan's receipt records them."""
     return {"pack_size": sft.pack_size, "packing": sft.packing, "pack_window": sft.pack_window,
             "pad_to_multiple": sft.pad_to_multiple, "overlong": sft.overlong, "seed": sft.seed,
             "shard_tokens": sft.shard_tokens}
+
+
+def pack_settings(packing: dict, pad_id: int | None) -> PackSettings:
+    """The one `PackSettings` of the plan and of every packed shard: from the packing settings the plan records
+    (`packing_settings`) and the pad id (the tokenizer's EOS, used only with ``pad_to_multiple``)."""
+    return PackSettings(pack_size=packing["pack_size"], packing=packing["packing"], pack_window=packing["pack_window"],
+                        pad_to_multiple=packing["pad_to_multiple"], overlong=packing["overlong"], seed=packing["seed"],
+                        pad_id=pad_id if packing["pad_to_multiple"] > 1 else None)
 
 
 @dataclass(frozen=True)
@@ -258,40 +242,39 @@ class PlanInputs:
     samples: list[SamplesFile]
 
 
-def plan_inputs(store: Storage, blend: Blend, base: str, chat: dict | None = None) -> PlanInputs:
-    sft = sft_settings(blend)
-    chat = chat_identity(blend) if chat is None else chat
-    samples = current_samples(store, blend, base, chat)
-    pools = ({pool: current_pool_parts(store, blend, base, pool) for pool in sft.from_}
-             if isinstance(sft.from_, list) else {})
+def plan_inputs(store: Storage, sft: PackedSft, base: str, chat: dict | None = None) -> PlanInputs:
+    chat = chat_identity(sft) if chat is None else chat
+    samples = current_samples(store, sft, base, chat)
+    pools = ({pool: current_pool_parts(store, sft, base, pool) for pool in sft.sft.from_}
+             if isinstance(sft.sft.from_, list) else {})
     inputs = {
         "format": PLAN_FORMAT,
         "samples": {str(f.key): f.receipt.files[samples_file.SUFFIX]["sha256"] for f in samples},
-        "duplicates": current_duplicates(store, blend, base),
+        "duplicates": current_duplicates(store, sft, base),
         "pools": pools,
-        "holdout": blend.holdout.model_dump() if blend.holdout is not None else None,
-        "fixed_splits": fixed_splits(blend),
-        "weights": {e.name: e.weight for e in family_entries(blend)},
-        "from": sft.from_,
-        "used_in": list(sft.used_in_values),
-        "packing": packing_settings(sft),
+        "holdout": sft.holdout.model_dump() if sft.holdout is not None else None,
+        "fixed_splits": sft.fixed_splits,
+        "weights": sft.weights,
+        "from": sft.sft.from_,
+        "used_in": list(sft.sft.used_in_values),
+        "packing": packing_settings(sft.sft),
         **chat,
     }
     return PlanInputs(inputs, samples)
 
 
-def plan_freshness(store: Storage, blend: Blend, base: str, chat: dict | None = None,
+def plan_freshness(store: Storage, sft: PackedSft, base: str, chat: dict | None = None,
                    read_content: bool = False) -> Freshness:
-    return freshness(store, sft_plan_prefix(base), plan_inputs(store, blend, base, chat).inputs,
+    return freshness(store, sft_plan_prefix(base), plan_inputs(store, sft, base, chat).inputs,
                      read_content=read_content)
 
 
-def current_plan(store: Storage, blend: Blend, base: str, chat: dict | None = None) -> Receipt:
+def current_plan(store: Storage, sft: PackedSft, base: str, chat: dict | None = None) -> Receipt:
     """The plan's receipt, which must be up to date (``NotReady`` naming it otherwise)."""
-    state = plan_freshness(store, blend, base, chat)
+    state = plan_freshness(store, sft, base, chat)
     if not state.done:
         raise NotReady(f"the SFT plan {store.url(sft_plan_prefix(base) + '.parquet')} is {state.state.value}: "
-                       f"{state.reason or 'not built'}; materialize {blend.name}/sft_plan first")
+                       f"{state.reason or 'not built'}; materialize {sft.blend}/sft_plan first")
     return state.receipt
 
 

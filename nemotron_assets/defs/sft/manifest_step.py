@@ -19,35 +19,26 @@ shard's files and the formats (`inputs.manifest_inputs`).
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import (
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import NotReady, Receipt, freshness, read_receipt
+from nemotron_assets.core.step import Outcome, Output, Staged, build_output
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.sft.inputs import (
+    PackedSft,
+    current_plan,
+    manifest_inputs,
+    packed_inputs,
+    template_sha256,
+    tokenizer_sha256,
+)
+from nemotron_assets.defs.sft.layout import (
     SftShardKey,
-    ShardKey,
     sft_dir,
     sft_manifest_prefix,
     sft_packed_prefix,
     sft_samples_prefix,
-)
-from nemotron_assets.core.records import (
-    NotReady,
-    Receipt,
-    freshness,
-    read_receipt,
-    rebuild_reason,
-    receipt_path,
-    write_receipt,
-)
-from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.sft.inputs import (
-    current_plan,
-    manifest_inputs,
-    packed_inputs,
-    sft_settings,
-    template_sha256,
-    tokenizer_sha256,
 )
 from nemotron_assets.defs.sft.pack_checks import local_files
 from nemotron_assets.defs.sft.pack_step import settings_of
@@ -76,7 +67,7 @@ def pack_stats_of(stats: dict) -> PackStats:
                      licenses=Counter(stats["licenses"]), **counts)
 
 
-def current_shards(store: Storage, blend: Blend, base: str, plan: Receipt) -> dict[str, Receipt]:
+def current_shards(store: Storage, blend: str, base: str, plan: Receipt) -> dict[str, Receipt]:
     """Every planned packed shard's receipt; ``NotReady`` naming the ones that are not up to date."""
     done, not_done = {}, []
     for key in plan.stats["shards"]:
@@ -87,7 +78,7 @@ def current_shards(store: Storage, blend: Blend, base: str, plan: Receipt) -> di
             not_done.append(f"{key} ({state.state.value}: {state.reason})")
     if not_done:
         shown = "; ".join(not_done[:SHOWN]) + (f"; and {len(not_done) - SHOWN} more" if len(not_done) > SHOWN else "")
-        raise NotReady(f"packed SFT shards are not up to date: {shown}; materialize {blend.name}/sft_packed for "
+        raise NotReady(f"packed SFT shards are not up to date: {shown}; materialize {blend}/sft_packed for "
                        "them first")
     return done
 
@@ -108,32 +99,19 @@ def split_summaries(plan: Receipt, shards: dict[str, Receipt]) -> dict[str, Spli
     return summaries
 
 
-@dataclass(frozen=True)
-class ManifestOutcome:
-    status: str
-    receipt: Receipt
-    rebuilt_because: str = ""
-
-
-def materialize_manifest(store: Storage, blend: Blend, base: str, force: bool = False,
-                         log: Callable[[str], None] = print) -> tuple[ManifestOutcome, dict]:
+def materialize_manifest(store: Storage, sft: PackedSft, base: str, force: bool = False,
+                         log: Callable[[str], None] = print) -> tuple[Outcome, dict]:
     """The manifest, Bridge's packing metadata and the ``.npy`` files of the current plan's shards."""
-    sft = sft_settings(blend)
-    plan = current_plan(store, blend, base)
-    shards = current_shards(store, blend, base, plan)
-    inputs = manifest_inputs(plan, shards, sft.formats)
-    prefix = sft_manifest_prefix(base)
-    current = freshness(store, prefix, inputs)
-    because = rebuild_reason(current, force)
+    formats = sft.sft.formats
+    plan = current_plan(store, sft, base)
+    shards = current_shards(store, sft.blend, base, plan)
     folder = sft_dir(base)
-    if because is None:
-        return ManifestOutcome("up to date", current.receipt), json.loads(store.read_bytes(f"{folder}/{MANIFEST_NAME}"))
-    if because:
-        log(f"sft manifest: rebuilding: {because}")
-    summaries = split_summaries(plan, shards)
-    with store.staging() as staging:
+    written: list[dict] = []
+
+    def build(staging: Path) -> Staged:
+        summaries = split_summaries(plan, shards)
         staged: dict[str, Path] = {}
-        if "npy" in sft.formats:
+        if "npy" in formats:
             for split, summary in summaries.items():
                 if summary.stats.bins:
                     relatives = [f"{folder}/{name}" for name in summary.files]
@@ -141,21 +119,21 @@ def materialize_manifest(store: Storage, blend: Blend, base: str, force: bool = 
                         npy_from_shards(paths, staging / npy_name(split))
                     staged[npy_name(split)] = staging / npy_name(split)
                     summary.npy = npy_name(split)
-        manifest = manifest_body(store, base, plan, summaries, sft.formats)
+        manifest = manifest_body(store, base, plan, summaries, formats)
+        written.append(manifest)
         staged[PACKING_METADATA_NAME] = staging / PACKING_METADATA_NAME
         staged[PACKING_METADATA_NAME].write_text(packing_metadata_json(
             {split: s.stats for split, s in summaries.items() if s.stats.bins}))
         staged[MANIFEST_NAME] = staging / MANIFEST_NAME
         staged[MANIFEST_NAME].write_text(json.dumps(manifest, indent=1) + "\n")  # splits in train/valid/test order
-        files = {name: _version(path) for name, path in sorted(staged.items())}
-        store.delete(receipt_path(prefix))
-        for name, path in staged.items():
-            store.commit(path, f"{folder}/{name}")
         stats = {"splits": {split: {k: manifest["splits"][split][k] for k in ("samples", "bins", "tokens")}
                             for split in manifest["splits"]}}
-        receipt = write_receipt(store, prefix, Receipt(kind="sft_manifest", key=prefix, inputs=inputs, files=files,
-                                                       stats=stats, extra={"blend": blend.name}))
-    return ManifestOutcome("built", receipt, because), manifest
+        return Staged(staged, stats)
+
+    prefix = sft_manifest_prefix(base)
+    output = Output(prefix, manifest_inputs(plan, shards, formats), "sft_manifest", prefix, extra={"blend": sft.blend})
+    outcome = build_output(store, output, build, force, log)
+    return outcome, written[0] if written else json.loads(store.read_bytes(f"{folder}/{MANIFEST_NAME}"))
 
 
 def manifest_body(store: Storage, base: str, plan: Receipt, summaries: dict[str, SplitSummary],
@@ -175,10 +153,3 @@ def manifest_body(store: Storage, base: str, plan: Receipt, summaries: dict[str,
     }
     manifest["licenses"] = merged_counts(s.stats.licenses for s in summaries.values())
     return manifest
-
-
-def _version(path: Path) -> dict:
-    import hashlib
-
-    data = path.read_bytes()
-    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}

@@ -26,13 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nemotron_assets.core.layout import SftShardKey, sft_packed_prefix
 from nemotron_assets.core.records import Receipt
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.sft.layout import SftShardKey, sft_packed_prefix
 from nemotron_assets.defs.sft.pack_step import (
     ShardSamples,
     StoredSample,
-    cyclic_gc_paused,
+    collector_paused,
     plan_rows,
     read_samples,
     settings_of,
@@ -81,7 +81,7 @@ def check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Receip
                        samples: ShardSamples | None = None) -> dict[str, list[str]]:
     """Check name -> problems (empty: passed) of the committed shard ``key``, against the ``plan`` (its receipt).
     ``samples``: what the build just read from the samples files (`PackedOutcome.samples`), else read here."""
-    with cyclic_gc_paused():
+    with collector_paused():
         return _check_packed_shard(store, base, key, plan, samples)
 
 

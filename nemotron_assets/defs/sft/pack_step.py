@@ -25,10 +25,7 @@ Receipt inputs: `inputs.packed_inputs` (the digest of the shard's plan rows, the
 read, the packing settings, the chat identity).
 """
 
-import contextlib
-import gc
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,12 +34,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.chat.masks import truncate_sample
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import SftShardKey, ShardKey, sft_packed_prefix, sft_plan_prefix, sft_samples_prefix
-from nemotron_assets.core.records import Receipt, freshness, rebuild_reason, receipt_path, write_receipt
+from nemotron_assets.core.allocator import collector_paused
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import Receipt
+from nemotron_assets.core.step import Output, ShardBuild, Staged
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft import samples_file
-from nemotron_assets.defs.sft.inputs import current_plan, packed_inputs
+from nemotron_assets.defs.sft.inputs import pack_settings, packed_inputs
+from nemotron_assets.defs.sft.layout import SftShardKey, sft_packed_prefix, sft_plan_prefix, sft_samples_prefix
 from nemotron_assets.defs.sft.plan_step import shard_rows_digest
 from nemotron_assets.defs.sft.stats import log2_histogram
 from nemotron_assets.formats.packed_sft import ROW_GROUP_BINS, PackedShardWriter, ShardFiles, write_laid_out_shard
@@ -66,20 +65,6 @@ SAMPLE_COLUMNS = SAMPLE_SCHEMA.names
 SAMPLE_TYPES = {name: SAMPLE_SCHEMA.field(name).type for name in ("input_ids", "assistant_mask")}
 
 
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Python's cycle collector off for a block that makes many objects and no reference cycles (the shard's samples,
-    their arrays and bins: freed by reference counting alone). Each full collection would walk every object of the
-    process, a Dagster run's included: a third of the packing step's time, measured (bench/README.md)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 @dataclass(frozen=True)
 class StoredSample:
     """One sample as its samples file holds it (what packing and the checks need)."""
@@ -100,10 +85,7 @@ class StoredSample:
 
 def settings_of(plan: Receipt) -> PackSettings:
     """The packing settings the plan was made with (its inputs) and the pad id it recorded."""
-    packing = plan.inputs["packing"]
-    return PackSettings(pack_size=packing["pack_size"], packing=packing["packing"],
-                        pack_window=packing["pack_window"], pad_to_multiple=packing["pad_to_multiple"],
-                        overlong=packing["overlong"], seed=packing["seed"], pad_id=plan.stats["pad_id"])
+    return pack_settings(plan.inputs["packing"], plan.stats["pad_id"])
 
 
 def truncate_of(plan: Receipt):
@@ -356,48 +338,26 @@ def _files(written: ShardFiles) -> dict:
 
 
 # --- the step ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PackedOutcome:
-    key: SftShardKey
-    status: str
-    receipt: Receipt
-    seconds: float = 0.0
-    rebuilt_because: str = ""
-    #: The samples a build read (None when up to date): the shard's checks, run next in the same step, take them
-    #: instead of reading the samples files again (pack_checks.check_packed_shard).
-    samples: ShardSamples | None = field(default=None, repr=False, compare=False)
+def packed_build(store: Storage, blend: str, base: str, key: SftShardKey, plan: Receipt,
+                 read_by_build: dict[str, ShardSamples]) -> ShardBuild:
+    """Packed shard ``key`` under ``base``, as the current plan (its receipt: ``plan``) says: its output, and its
+    build. A build in the step leaves the samples it read in ``read_by_build`` (by shard key), so the shard's checks,
+    run next, need not read the samples files again (pack_checks.check_packed_shard); a forked one cannot."""
+    output = Output(sft_packed_prefix(base, key), packed_inputs(plan, str(key)), "sft_packed", str(key),
+                    extra={"blend": blend})
 
-
-def materialize_packed(store: Storage, blend: Blend, base: str, key: SftShardKey, force: bool = False,
-                       log: Callable[[str], None] = print, plan: Receipt | None = None) -> PackedOutcome:
-    """Packed shard ``key`` under ``base``: skipped when up to date, else built from the current plan (``plan``: its
-    receipt, when the caller has checked it already) and committed, the receipt last."""
-    started = time.monotonic()
-    plan = current_plan(store, blend, base) if plan is None else plan
-    inputs = packed_inputs(plan, str(key))
-    prefix = sft_packed_prefix(base, key)
-    current = freshness(store, prefix, inputs)
-    because = rebuild_reason(current, force)
-    if because is None:
-        return PackedOutcome(key, "up to date", current.receipt, time.monotonic() - started)
-    if because:
-        log(f"{key}: rebuilding: {because}")
-    rows = plan_rows(store, base, key)
-    if shard_rows_digest(rows) != plan.stats["shards"][str(key)]["rows_sha256"]:
-        raise RuntimeError(f"the plan rows of {key} in {store.url(sft_plan_prefix(base) + '.parquet')} do not match "
-                           "the plan's receipt: re-materialize the plan")
-    with cyclic_gc_paused():
-        samples = read_samples(store, base, rows)
-    with store.staging() as folder:
+    def build(folder: Path, log, cores: int) -> Staged:
+        rows = plan_rows(store, base, key)
+        if shard_rows_digest(rows) != plan.stats["shards"][str(key)]["rows_sha256"]:
+            raise RuntimeError(f"the plan rows of {key} in {store.url(sft_plan_prefix(base) + '.parquet')} do not "
+                               "match the plan's receipt: re-materialize the plan")
         packed_path, samples_path = folder / "shard.parquet", folder / "shard.samples.parquet"
-        with cyclic_gc_paused():
+        with collector_paused():
+            samples = read_samples(store, base, rows)
             built = build_packed_shard(rows, samples, settings_of(plan), truncate_of(plan), packed_path,
                                        samples_path)
-        receipt = Receipt(kind="sft_packed", key=str(key), inputs=inputs, files=built.files, stats=built.as_dict(),
-                          extra={"blend": blend.name})
-        store.delete(receipt_path(prefix))
-        store.commit(packed_path, f"{prefix}.parquet")
-        store.commit(samples_path, f"{prefix}.samples.parquet")
-        receipt = write_receipt(store, prefix, receipt)
-    return PackedOutcome(key, "built", receipt, time.monotonic() - started, because, samples)
+        read_by_build[str(key)] = samples
+        return Staged({".parquet": packed_path, ".samples.parquet": samples_path}, built.as_dict(),
+                      digests=built.files)
 
+    return ShardBuild(output, build, forkable=not store.is_s3)

@@ -35,18 +35,26 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.chat.masks import truncate_sample
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import SftShardKey, duplicates_path, pool_dir, sft_plan_prefix
-from nemotron_assets.core.records import Receipt, freshness, rebuild_reason, receipt_path, write_receipt
+from nemotron_assets.core.step import Outcome, Output, Staged, build_output
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.layout import duplicates_path, pool_dir
 from nemotron_assets.defs.sft import samples_file
-from nemotron_assets.defs.sft.inputs import SamplesFile, chat_identity, holdout_of, plan_inputs, sft_settings
+from nemotron_assets.defs.sft.inputs import (
+    PackedSft,
+    SamplesFile,
+    chat_identity,
+    pack_settings,
+    packing_settings,
+    plan_inputs,
+)
+from nemotron_assets.defs.sft.layout import SftShardKey, sft_plan_prefix
 from nemotron_assets.formats.packing import OVERLONG, OVERLONG_NOTHING_TRAINED, TOO_SHORT, PackSettings, plan_bins
 from nemotron_assets.formats.splits import SPLITS, assign_split, repeat_count
 from nemotron_assets.sources.errors import InputError
@@ -113,14 +121,11 @@ class PlanResult:
     shard_keys: list[str]
 
 
-def pack_settings(blend: Blend, eos_id: int | None) -> PackSettings:
-    sft = sft_settings(blend)
-    if sft.pad_to_multiple > 1 and eos_id is None:
+def plan_pack_settings(sft: PackedSft, eos_id: int | None) -> PackSettings:
+    if sft.sft.pad_to_multiple > 1 and eos_id is None:
         raise InputError("pad_to_multiple > 1 pads with the tokenizer's EOS token, and its config names none",
                          field="sft.pad_to_multiple")
-    return PackSettings(pack_size=sft.pack_size, packing=sft.packing, pack_window=sft.pack_window,
-                        pad_to_multiple=sft.pad_to_multiple, overlong=sft.overlong, seed=sft.seed,
-                        pad_id=eos_id if sft.pad_to_multiple > 1 else None)
+    return pack_settings(packing_settings(sft.sft), eos_id)
 
 
 def chat_constants(samples: list[SamplesFile]) -> tuple[int | None, list[int]]:
@@ -135,17 +140,16 @@ def chat_constants(samples: list[SamplesFile]) -> tuple[int | None, list[int]]:
 class Selection:
     """Which rows the plan takes (steps 1-3 of the module docstring)."""
 
-    def __init__(self, store: Storage, blend: Blend, base: str) -> None:
-        sft = sft_settings(blend)
-        self.blend, self.sft = blend, sft
-        self.holdout = holdout_of(blend)
-        self.fixed = {e.name: (blend.split_of(e.name) if blend.split_of(e.name) in ("valid", "test") else None)
-                      for e in blend.datasets_of("harmony")}
-        self.weights = {e.name: e.weight for e in blend.datasets_of("harmony")}
+    def __init__(self, store: Storage, packed: PackedSft, base: str) -> None:
+        sft = packed.sft
+        self.sft = sft
+        self.holdout = packed.holdout_split
+        self.fixed = packed.fixed_splits
+        self.weights = packed.weights
         self.used_in = set(sft.used_in_values)
         self.pool_ids = _pool_ids(store, base, sft.from_) if isinstance(sft.from_, list) else None
         self.taken: dict[str, tuple[int, int]] = {}  # id -> (file, row) that took it, with from: [pools]
-        self.duplicates = {e.name: _duplicate_rows(store, base, e.name) for e in blend.datasets_of("harmony")}
+        self.duplicates = {name: _duplicate_rows(store, base, name) for name in packed.datasets}
         self.excluded: Counter = Counter()
 
     def exclusion(self, dataset: str, shard: int, file: int, row: int, row_id: str, used_in: list[str]) -> str | None:
@@ -206,7 +210,7 @@ def _truncation_keeps_training(store: Storage, path: str, rows: list[int], setti
     return kept
 
 
-def select_samples(store: Storage, blend: Blend, base: str, files: list[SamplesFile], settings: PackSettings,
+def select_samples(store: Storage, base: str, files: list[SamplesFile], settings: PackSettings,
                    end_of_turn: list[int], stats: dict[str, SplitStats], selection: Selection
                    ) -> dict[str, Candidates]:
     """Steps 1-4 of the module docstring over every samples file: the packed samples of each split, in order."""
@@ -339,14 +343,14 @@ def plan_split(candidates: Candidates, settings: PackSettings, stats: SplitStats
     return arrays, bins
 
 
-def build_plan(store: Storage, blend: Blend, base: str, files: list[SamplesFile], out) -> PlanResult:
+def build_plan(store: Storage, packed: PackedSft, base: str, files: list[SamplesFile], out) -> PlanResult:
     """Plan every split into the local Parquet file ``out`` (see the module docstring)."""
-    sft = sft_settings(blend)
+    sft = packed.sft
     eos, end_of_turn = chat_constants(files)
-    settings = pack_settings(blend, eos)
-    selection = Selection(store, blend, base)
+    settings = plan_pack_settings(packed, eos)
+    selection = Selection(store, packed, base)
     stats = {split: SplitStats() for split in SPLITS}
-    candidates = select_samples(store, blend, base, files, settings, end_of_turn, stats, selection)
+    candidates = select_samples(store, base, files, settings, end_of_turn, stats, selection)
     file_keys = [str(f.key) for f in files]
     with pq.ParquetWriter(out, SCHEMA, compression="zstd") as writer:
         plan_writer = PlanWriter(writer, file_keys, sft.bins_per_shard)
@@ -364,35 +368,16 @@ def build_plan(store: Storage, blend: Blend, base: str, files: list[SamplesFile]
 
 
 # --- the step ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PlanOutcome:
-    status: str  # "built" or "up to date"
-    receipt: Receipt
-    rebuilt_because: str = ""
-
-    @property
-    def shard_keys(self) -> list[str]:
-        return list(self.receipt.stats["shards"])
-
-
-def materialize_plan(store: Storage, blend: Blend, base: str, force: bool = False,
-                     log: Callable[[str], None] = print) -> PlanOutcome:
-    """The plan under ``base``: skipped when up to date, else rebuilt and committed (the receipt last)."""
-    planned = plan_inputs(store, blend, base, chat_identity(blend))
+def materialize_plan(store: Storage, packed: PackedSft, base: str, force: bool = False,
+                     log: Callable[[str], None] = print) -> Outcome:
+    """The plan under ``base``: skipped when up to date, else rebuilt and committed (the receipt last). The packed
+    shards it plans are its receipt's ``stats["shards"]``."""
+    planned = plan_inputs(store, packed, base, chat_identity(packed))
     prefix = sft_plan_prefix(base)
-    current = freshness(store, prefix, planned.inputs)
-    because = rebuild_reason(current, force)
-    if because is None:
-        return PlanOutcome("up to date", current.receipt)
-    if because:
-        log(f"sft plan: rebuilding: {because}")
-    with store.staging() as folder:
-        staged = folder / "plan.parquet"
-        result = build_plan(store, blend, base, planned.samples, staged)
-        data = staged.read_bytes()
-        files = {".parquet": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
-        store.delete(receipt_path(prefix))
-        store.commit(staged, f"{prefix}.parquet")
-        receipt = write_receipt(store, prefix, Receipt(kind="sft_plan", key=prefix, inputs=planned.inputs,
-                                                       files=files, stats=result.stats, extra={"blend": blend.name}))
-    return PlanOutcome("built", receipt, because)
+
+    def build(folder: Path) -> Staged:
+        result = build_plan(store, packed, base, planned.samples, folder / "plan.parquet")
+        return Staged({".parquet": folder / "plan.parquet"}, result.stats)
+
+    return build_output(store, Output(prefix, planned.inputs, "sft_plan", prefix, extra={"blend": packed.blend}),
+                        build, force, log)

@@ -1,13 +1,10 @@
-"""Samples on every core: batches of conversations go to worker processes, results come back in input order.
+"""The ``sft_samples`` step's render workers: batches of Harmony rows rendered on every core, results in order.
 
 Rendering Jinja is Python and holds the GIL, so one process uses one core however fast the tokenizer is. Each
 worker builds the template and tokenizer once from the `ChatFormatSpec` (a few seconds for Llama-3: the tokenizer
-and its fast path's probe check) and then runs what it is given: `samples_for_conversations` on a batch of
-conversations (`samples_in_processes`), or any picklable function of a task (`in_order`; the ``sft_samples`` step
-sends whole Harmony batches, samples_step.py). A batch's
-samples travel back as two flat arrays (all ids, all masks) plus their lengths — pickling two arrays per sample
-cost a quarter of the compute — and the caller gets `ConversationSamples` whose arrays are views into them. At most
-``workers * ahead`` batches are in flight, so memory stays bounded whatever the input size.
+and its fast path's probe check) and then runs what it is given (`in_order`; the step sends whole Harmony batches,
+samples_step.py). The processes are started by core/workers.py ``in_order``; at most ``workers * ahead`` batches are
+in flight, so memory stays bounded whatever the input size.
 
 Starting workers: forking a process whose tokenizer thread pools already run can deadlock them, so workers are
 started with ``spawn`` (a fresh interpreter that imports the code and loads the tokenizer: about 2 s for Llama-3,
@@ -19,83 +16,18 @@ off in a child forked after it was used. Each worker still checks fastokens agai
 """
 
 import ctypes
-import gc
-import multiprocessing
-import os
 import sys
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
-
-import numpy as np
 
 from nemotron_assets.chat.chat_format import ChatFormat, ChatFormatSpec, load_chat_format
 from nemotron_assets.chat.o200k import O200K_HARMONY
-from nemotron_assets.chat.samples import ConversationSamples, Messages, Sample, Tools, samples_for_conversations
+from nemotron_assets.core import workers as processes
 
-Conversation = tuple[Messages, Tools]
 Result = TypeVar("Result")
 
-
-@dataclass(frozen=True)
-class FlatBatch:
-    """A batch's results as a worker sends them: sample i's ids are ``ids[offsets[i]:offsets[i+1]]``."""
-
-    ids: np.ndarray  # int32, every sample's ids one after the other
-    masks: np.ndarray  # uint8, the same layout
-    offsets: np.ndarray  # int64, samples + 1
-    masked: np.ndarray  # int32, every sample's flat masked-role token spans one after the other
-    masked_offsets: np.ndarray  # int64, samples + 1
-    user_turns: list[int | None]
-    message_counts: list[int]
-    samples_per_conversation: list[int]
-    dropped: list[dict[str, int]]
-    why: list[list[str]]
-
-
-def flatten(results: Sequence[ConversationSamples]) -> FlatBatch:
-    samples = [sample for result in results for sample in result.samples]
-    lengths = [len(sample.ids) for sample in samples]
-    return FlatBatch(
-        ids=np.concatenate([s.ids for s in samples]) if samples else np.zeros(0, np.int32),
-        masks=np.concatenate([s.assistant_mask for s in samples]) if samples else np.zeros(0, np.uint8),
-        offsets=np.cumsum([0, *lengths], dtype=np.int64),
-        masked=np.concatenate([s.masked_spans for s in samples]) if samples else np.zeros(0, np.int32),
-        masked_offsets=np.cumsum([0, *(len(s.masked_spans) for s in samples)], dtype=np.int64),
-        user_turns=[s.user_turn for s in samples],
-        message_counts=[s.messages for s in samples],
-        samples_per_conversation=[len(result.samples) for result in results],
-        dropped=[dict(result.dropped) for result in results],
-        why=[result.why for result in results],
-    )
-
-
-def expand(batch: FlatBatch) -> list[ConversationSamples]:
-    bounds, masked = batch.offsets.tolist(), batch.masked_offsets.tolist()
-    samples = [Sample(batch.ids[a:b], batch.masks[a:b], turn, count, batch.masked[c:d])
-               for a, b, c, d, turn, count in zip(bounds[:-1], bounds[1:], masked[:-1], masked[1:],
-                                                  batch.user_turns, batch.message_counts)]
-    results, at = [], 0
-    for count, dropped, why in zip(batch.samples_per_conversation, batch.dropped, batch.why):
-        results.append(ConversationSamples(samples[at : at + count], Counter(dropped), why))
-        at += count
-    return results
-
-
-@dataclass(frozen=True)
-class FormattedBatch:
-    """A batch rendered with its own chat format (e.g. Harmony with the rows' own reasoning effort) instead of the
-    one `samples_in_processes` was given; a worker loads each format once (the tokenizer is shared)."""
-
-    spec: ChatFormatSpec
-    conversations: Sequence[Conversation]
-
-
-Batch = Sequence[Conversation] | FormattedBatch
 _formats: dict[ChatFormatSpec, ChatFormat] = {}  # this process's templates and tokenizers
-_default: ChatFormatSpec | None = None  # the spec of plain batches, in a worker
+_default: ChatFormatSpec | None = None  # the spec a worker was started with
 
 
 def format_of(spec: ChatFormatSpec) -> ChatFormat:
@@ -105,51 +37,27 @@ def format_of(spec: ChatFormatSpec) -> ChatFormat:
     return _formats[spec]
 
 
+def default_spec() -> ChatFormatSpec | None:
+    return _default
+
+
 def _load(spec: ChatFormatSpec) -> None:
     global _default
     _default = spec
     format_of(spec)
 
 
-def _run(batch: Batch, default: ChatFormatSpec | None) -> list[ConversationSamples]:
-    spec, conversations = (batch.spec, batch.conversations) if isinstance(batch, FormattedBatch) else (default, batch)
-    if spec is None:
-        raise RuntimeError("the worker was started without a chat format")
-    chat_format = format_of(spec)
-    return samples_for_conversations(conversations, chat_format.template, chat_format.tokenizer)
-
-
-def _samples(batch: Batch) -> FlatBatch:
-    return flatten(_run(batch, _default))
-
-
 def in_order(function: Callable[..., Result], tasks: Iterable[tuple], spec: ChatFormatSpec, workers: int = 2,
              ahead: int = 2) -> Iterator[Result]:
     """``function(*task)`` of each task, in order, computed by `workers` processes that loaded `spec`'s chat format
-    first (``workers=1``: here, in this process, where `function` loads it on first use). At most
-    ``workers * ahead`` tasks are in flight, so memory stays bounded whatever the input size; an error raised by a
+    first (``workers=1``: here, in this process, where `function` loads it on first use). An error raised by a
     task is raised here."""
     if workers <= 1:
-        for task in tasks:
-            yield function(*task)
+        yield from processes.in_order(function, tasks, 1)
         return
     forked = _fork_after_preload(spec)
-    context = multiprocessing.get_context("fork" if forked else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_load, initargs=(spec,)) as pool:
-        if forked:
-            gc.freeze()  # the workers' collections skip what they inherit (nor copy its pages to mark it)
-            try:
-                pool.submit(_started)  # with fork, the first task forks every worker, here and now
-            finally:
-                gc.unfreeze()
-            _forget_preloaded()
-        pending: deque[Future] = deque()
-        for task in tasks:
-            pending.append(pool.submit(function, *task))
-            if len(pending) >= workers * ahead:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+    yield from processes.in_order(function, tasks, workers, start="fork" if forked else "spawn", initializer=_load,
+                                  initargs=(spec,), ahead=ahead, started=_forget_preloaded if forked else None)
 
 
 def _fork_after_preload(spec: ChatFormatSpec) -> bool:
@@ -169,10 +77,6 @@ def _fork_after_preload(spec: ChatFormatSpec) -> bool:
     return True
 
 
-def _started() -> int:
-    return os.getpid()
-
-
 def _forget_preloaded() -> None:
     """Drop this process's parsed tokenizer (the forked workers have their own) and give its memory back to the
     system: a process running later steps would otherwise carry it in its peak RSS."""
@@ -183,16 +87,3 @@ def _forget_preloaded() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: the memory is reused by this process, not returned
         pass
-
-
-def samples_in_processes(batches: Iterable[Batch], spec: ChatFormatSpec, workers: int = 2,
-                         ahead: int = 2) -> Iterator[list[ConversationSamples]]:
-    """`samples_for_conversations` of each batch, in order, computed by `workers` processes (``workers=1``: in this
-    process), with `spec`'s chat format or a `FormattedBatch`'s own. Errors raised for a batch (`InputError` for a
-    non-canonical conversation) are raised here."""
-    if workers <= 1:
-        for batch in batches:
-            yield _run(batch, spec)
-        return
-    for flat in in_order(_samples, ((batch,) for batch in batches), spec, workers, ahead):
-        yield expand(flat)

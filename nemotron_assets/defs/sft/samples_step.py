@@ -2,7 +2,7 @@
 
 Rows are read a batch at a time (``id``, ``messages``, ``tools``, the quality flags, the reasoning effort and the
 provenance columns of ``normalize/record.py``; never the Harmony ``text``), and a row is rendered only if it passes
-the row-level part of the pools' base filter (posttrain/pools.py): a non-empty completion, a valid tool schema, not
+the row-level part of the pools' base filter (defs/harmony/pools.py): a non-empty completion, a valid tool schema, not
 answering a placeholder prompt, and valid Harmony when the template is ``harmony`` (a row that cannot be stored as
 Harmony text can still be rendered by another template). Rows filtered out are counted by reason (``filtered``).
 Duplicates are left to the plan, which reads the dedup result: rendering does not depend on it.
@@ -27,30 +27,23 @@ tokenizer without loading it: the EOS id (the pad id of ``pad_to_multiple``) and
 (what a truncated sample ends with).
 """
 
-import os
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.chat.chat_format import ChatFormatSpec
-from nemotron_assets.core.blend import Blend
-from nemotron_assets.core.layout import ShardKey, harmony_shard_path, sft_samples_prefix
-from nemotron_assets.core.records import (
-    Receipt,
-    freshness,
-    rebuild_reason,
-    receipt_path,
-    require_manifest,
-    write_receipt,
-)
-from nemotron_assets.core.storage import Storage, locate_os_errors
+from nemotron_assets.core.layout import ShardKey
+from nemotron_assets.core.records import require_manifest
+from nemotron_assets.core.step import Outcome, Output, Staged, build_output, file_digest
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.core.workers import usable_cores
+from nemotron_assets.defs.harmony.layout import harmony_shard_path
 from nemotron_assets.defs.sft import samples_file
 from nemotron_assets.defs.sft.batch_render import READ_COLUMNS, SamplesStats, _with_tokenizer_facts, render_batch
-from nemotron_assets.defs.sft.inputs import chat_format_spec, chat_identity, samples_inputs
+from nemotron_assets.defs.sft.inputs import PackedSft, chat_identity, samples_inputs
+from nemotron_assets.defs.sft.layout import sft_samples_prefix
 from nemotron_assets.defs.sft.render_pool import in_order
 
 BATCH_ROWS = 512  # conversations rendered (and written as one record batch) at a time
@@ -71,8 +64,8 @@ def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, worker
             writer.write_table(table)
     if not stats.tokenizer_backend:  # an empty shard: no batch told us the tokenizer's facts
         stats.add(_with_tokenizer_facts(spec))
-    stats.bytes = out.stat().st_size
-    stats.sha256 = _sha256(out)
+    digest = file_digest(out)
+    stats.bytes, stats.sha256 = digest["bytes"], digest["sha256"]
     return stats
 
 
@@ -84,54 +77,26 @@ def _tasks(source, spec: ChatFormatSpec, url: str) -> Iterator[tuple[pa.RecordBa
         first_row += batch.num_rows
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # --- the step ----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SamplesOutcome:
-    key: ShardKey
-    status: str  # "built" or "up to date"
-    receipt: Receipt
-    seconds: float = 0.0
-    rebuilt_because: str = ""
-
-
-def materialize_samples(store: Storage, blend: Blend, base: str, key: ShardKey, force: bool = False,
+def materialize_samples(store: Storage, sft: PackedSft, base: str, key: ShardKey, force: bool = False,
                         log: Callable[[str], None] = print, chat: dict | None = None,
-                        workers: int | None = None) -> SamplesOutcome:
+                        workers: int | None = None) -> Outcome:
     """The samples of Harmony shard ``key`` under ``base``: skipped when up to date, else rendered and committed
     (the receipt last). ``workers``: processes to render with (default: every core for a large shard)."""
-    started = time.monotonic()
-    manifest = require_manifest(store, blend.name, base, key.dataset)
-    chat = chat_identity(blend) if chat is None else chat
-    inputs = samples_inputs(store, blend, base, manifest, key.index, chat)
-    prefix = sft_samples_prefix(base, key)
-    because = rebuild_reason(freshness(store, prefix, inputs), force)
-    if because is None:
-        return SamplesOutcome(key, "up to date", freshness(store, prefix, inputs).receipt,
-                              time.monotonic() - started)
-    if because:
-        log(f"{key}: rebuilding: {because}")
+    manifest = require_manifest(store, sft.blend, base, key.dataset)
+    chat = chat_identity(sft) if chat is None else chat
+    inputs = samples_inputs(store, sft, base, manifest, key.index, chat)
     harmony = harmony_shard_path(base, key)
     if workers is None:
-        workers = (os.cpu_count() or 1) if inputs["harmony_shard"]["bytes"] >= PARALLEL_BYTES else 1
-    with store.staging() as folder:
+        workers = usable_cores() if inputs["harmony_shard"]["bytes"] >= PARALLEL_BYTES else 1
+
+    def build(folder: Path) -> Staged:
         staged = folder / f"samples{samples_file.SUFFIX}"
-        with locate_os_errors(folder), store.open(harmony) as source:
-            stats = build_samples_file(source, store.url(harmony), chat_format_spec(blend), staged, workers)
-        receipt = Receipt(kind="sft_samples", key=str(key), inputs=inputs,
-                          files={samples_file.SUFFIX: {"bytes": stats.bytes, "sha256": stats.sha256}},
-                          stats=stats.as_dict(), extra={"blend": blend.name})
-        store.delete(receipt_path(prefix))
-        store.delete(f"{prefix}{LEGACY_SUFFIX}")
-        store.commit(staged, f"{prefix}{samples_file.SUFFIX}")
-        receipt = write_receipt(store, prefix, receipt)
-    return SamplesOutcome(key, "built", receipt, time.monotonic() - started, because)
+        with store.open(harmony) as source:
+            stats = build_samples_file(source, store.url(harmony), sft.chat, staged, workers)
+        return Staged({samples_file.SUFFIX: staged}, stats.as_dict(),
+                      digests={samples_file.SUFFIX: {"bytes": stats.bytes, "sha256": stats.sha256}},
+                      delete_first=(LEGACY_SUFFIX,))
+
+    output = Output(sft_samples_prefix(base, key), inputs, "sft_samples", str(key), extra={"blend": sft.blend})
+    return build_output(store, output, build, force, log)

@@ -10,8 +10,8 @@ listed here.
 from pathlib import Path
 
 from nemotron_assets.core.blend import Blend
+from nemotron_assets.defs.sources.manifest import read_options
 from nemotron_assets.sources.discovery import resolve_files
-from nemotron_assets.sources.manifest import read_options
 from nemotron_assets.sources.readers import check_parquet_text_column
 from nemotron_assets.tokenize.loading import locate_tokenizer
 

@@ -7,10 +7,10 @@
   tools the same way get the same text, so a collapsed (degenerate) view shows up as few distinct texts.
 
 The views are defined on a row's Harmony messages: `embed_text` reads them from the Harmony text. A pool holds
-only valid Harmony rows (posttrain/pools.py ``base_filter``), whose text is exactly the rendering of their
+only valid Harmony rows (pools.py ``base_filter``), whose text is exactly the rendering of their
 canonical ``messages`` (normalize/to_harmony.py), so `view_texts` reads the same messages from that JSON column
 instead, several times faster than parsing the text, with the same result
-(nemotron_assets_tests/posttrain/test_embedding.py checks both agree on the sample data, the fixtures and
+(the tests of this module check both agree on the sample data, the fixtures and
 generated conversations). `write_views` builds all three views of a pool in one streaming pass.
 """
 
@@ -26,8 +26,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nemotron_assets.core.layout import embedding_view_path, pool_part_path
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.layout import pool_part_path
 from nemotron_assets.defs.harmony.pools import pool_part_numbers
 from nemotron_assets.formats.harmony import Message, parse_harmony
 from nemotron_assets.normalize.to_harmony import PYTHON_TOOL_NAMES, arguments_text, python_code, reasoning_and_answer
@@ -200,14 +200,11 @@ def write_view_files(pool_file: BinaryIO | Sequence[BinaryIO], out: dict[str, Pa
     return rows
 
 
-def write_views(store: Storage, base: str, pool: str) -> int:
-    """Every view of one committed pool (all its parts, in part order, into one file per view), staged and then
-    committed; returns the pool's rows."""
-    with store.staging() as folder, ExitStack() as files:
+def stage_views(store: Storage, base: str, pool: str, folder: Path) -> tuple[int, dict[str, Path]]:
+    """Every view of one committed pool (all its parts, in part order, into one file per view) in ``folder``;
+    returns the pool's rows and each view's staged file."""
+    with ExitStack() as files:
         parts = [files.enter_context(store.open(pool_part_path(base, pool, part)))
                  for part in pool_part_numbers(store, base, pool) or [0]]
         staged = {view: folder / f"{view}.parquet" for view in VIEWS}
-        rows = write_view_files(parts, staged)
-        for view in VIEWS:
-            store.commit(staged[view], embedding_view_path(base, view, pool))
-    return rows
+        return write_view_files(parts, staged), staged

@@ -17,20 +17,19 @@ the setting, for a family that reads none); ``options.text_field`` is the ``text
 import gc
 import hashlib
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nemotron_assets.core.records import SourceManifest
+from nemotron_assets.core.allocator import collector_paused
 from nemotron_assets.normalize.base import RowError, Skipped, SourceFields
 from nemotron_assets.normalize.families import check_fields, normalize_row
 from nemotron_assets.normalize.record import COLUMNS
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile
+from nemotron_assets.sources.manifest import SourceManifest
 from nemotron_assets.sources.readers import MAX_EXAMPLES, ReadOptions, ReadStats, iter_record_batches
 
 #: Parquet types of the column kinds of `record.COLUMNS`.
@@ -102,24 +101,6 @@ def build_harmony_shard(manifest: SourceManifest, index: int, family: str, sourc
         stats.sha256 = hashlib.file_digest(written, "sha256").hexdigest()
     stats.bytes = out.stat().st_size
     return stats
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the duration (the caller collects between batches).
-
-    A batch is thousands of rows of nested dicts and lists, alive until the batch is written. With the collector
-    on, every 700 new objects start a pass that walks the young ones, and the survivors are walked again by the
-    older generations' passes: about a quarter of the CPU time of normalizing Agentic rows, spent finding nothing,
-    since rows are freed by reference counting. Paused per shard, with ``gc.collect(0)`` after each batch, cyclic
-    garbage (none is expected) is still freed one batch at a time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _normalize(family: str, fields: SourceFields, raw: dict, row: int, source: SourceFile,

@@ -1,6 +1,6 @@
 """The behavior report: per pool, how many rows call tools and how many distinct behaviors there are.
 
-It reads every pool's ``behavior`` embedding view (posttrain/embedding.py). A view whose rows collapse into few
+It reads every pool's ``behavior`` embedding view (views.py). A view whose rows collapse into few
 distinct signatures shows as low uniqueness: the pool teaches one way of using tools, whatever its size.
 
 Only the two columns it counts are read, by polars' streaming engine: memory grows with the number of distinct
@@ -9,8 +9,8 @@ signatures (few, by design), not with the pool's rows.
 
 import polars as pl
 
-from nemotron_assets.core.layout import behavior_report_path, embedding_view_path
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.layout import embedding_view_path
 from nemotron_assets.defs.harmony.pools import POOL_NAMES
 
 TOP_SIGNATURES = 5
@@ -34,9 +34,3 @@ def behavior_markdown(store: Storage, base: str) -> str:
             details.append(f"\n**{pool}**: most common behaviors\n")
             details += [f"- {n} × `{text}`" for text, n in counts.head(TOP_SIGNATURES).iter_rows()]
     return "\n".join(["**Behavior signatures per pool**", "", *lines, *details])
-
-
-def write_behavior_report(store: Storage, base: str) -> str:
-    report = behavior_markdown(store, base)
-    store.write_bytes(behavior_report_path(base), report.encode())
-    return report

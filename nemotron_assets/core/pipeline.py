@@ -1,0 +1,119 @@
+"""A pipeline: one path a blend's data takes, from its sources to what a trainer reads.
+
+The pipelines are listed, in build order, in ``nemotron_assets.defs.PIPELINES`` (the registry): the sources'
+manifests, pretraining shards, Harmony curation, scoring, JSONL and packed SFT. Everything the shared code knows of a
+pipeline is the `Pipeline` object it registers, and the shared code only iterates over the registry:
+
+- the code location (definitions.py) asks each pipeline that ``applies`` to a blend for its ``assets``, handing it
+  the assets of the pipelines before it (its upstreams), then for its ``automation``;
+- the command line runs the ``steps`` of each pipeline in order, asking each step which partitions to run;
+- ``status`` and ``verify`` ask each pipeline for its ``status`` sections and its ``problems``.
+
+Adding a pipeline is one folder under ``defs/`` and one line in the registry; no shared module changes.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+
+from nemotron_assets.core.blend import Blend
+from nemotron_assets.core.partitions import Scope
+from nemotron_assets.core.status import Problem, StatusSection
+from nemotron_assets.core.storage import Storage
+
+Assets = dict[str, dg.AssetsDefinition]  # asset name ("pretrain_shard") -> its definition, in one scope
+
+
+@dataclass(frozen=True)
+class BlendScope:
+    """One blend's full build, or its sample twins (partitions.py ``Scope``), as a pipeline builds its assets."""
+
+    blend: Blend
+    blend_file: Path
+    scope: Scope
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one command asks of a blend: where (instance, storage), the full build or a sample, maybe one dataset."""
+
+    instance: dg.DagsterInstance
+    store: Storage
+    blend: Blend
+    scope: Scope
+    sample: str | None = None
+    dataset: str | None = None
+
+    def registered(self, partitions_name: str) -> list[str]:
+        """The full build's keys of this target's sample (or of the full build) among a dynamic partitions set."""
+        keys = []
+        for key in self.instance.get_dynamic_partitions(partitions_name):
+            sample, full = self.scope.split(key)
+            if sample == (self.sample if self.scope.samples else None):
+                keys.append(full)
+        return keys
+
+
+@dataclass(frozen=True)
+class Step:
+    """One asset of a pipeline, as the command line runs it.
+
+    ``keys(target)``: the full build's partition keys to run (the command line puts a sample's name in front and
+    keeps only one dataset's keys when asked), ``[]`` for nothing to run, ``None`` for an unpartitioned asset.
+    ``ranges``: the keys are shards, run as contiguous ranges of at most ``SHARDS_PER_RUN`` (partitions.py).
+    ``options``: the command-line options that reach this step's run config (``force``, ``build_processes``,
+    ``tokenizer_backend``); only values a user gave are passed, so the command line launches the same runs as the
+    documented ``dagster asset materialize`` commands. ``registered_by``: the asset whose run registers its keys,
+    named when there are none. ``skips_rows``: its materializations count the bad rows ``on_error: skip`` left
+    out (``dropped_by_reason``), which the command line sums up."""
+
+    asset: str
+    keys: Callable[[Target], list[str] | None] = lambda target: None
+    ranges: bool = False
+    options: tuple[str, ...] = ("force",)
+    by_dataset: bool = True  # its keys start with a dataset name (--partition DATASET keeps those)
+    registered_by: str | None = None
+    skips_rows: bool = False
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    instance: dg.DagsterInstance
+    store: Storage
+    blend: Blend
+    sample: str | None = None  # a sample's status: its shards only
+
+
+def _no_status(request: StatusRequest) -> list[StatusSection]:
+    return []
+
+
+def _no_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
+    return []
+
+
+def _no_automation(blend_scope: BlendScope, assets: Assets) -> list:
+    return []
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Everything shared code knows of one pipeline (see the module docstring)."""
+
+    name: str
+    applies: Callable[[Blend], bool]
+    steps: tuple[Step, ...]
+    assets: Callable[[BlendScope, Assets], Assets]  # (this blend and scope, the upstream pipelines' assets)
+    automation: Callable[[BlendScope, Assets], list] = _no_automation  # sensors and schedules of the full build
+    #: assets the blend's automation-condition sensor rebuilds once their inputs changed (eager)
+    rebuilt_when_inputs_change: tuple[str, ...] = ()
+    status: Callable[[StatusRequest], list[StatusSection]] = _no_status
+    problems: Callable[[dg.DagsterInstance, Storage, Blend], list[Problem]] = _no_problems
+    #: the command line's default selection with --partition (the shards of one dataset)
+    partition_steps: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def asset_names(self) -> list[str]:
+        return [step.asset for step in self.steps]

@@ -1,0 +1,233 @@
+"""How every step builds an output, or finds it up to date: one skeleton, written once.
+
+    inputs -> up to date? -> stage -> delete the receipt -> commit -> receipt last
+
+A step describes its output (`Output`: where its receipt lives and the inputs that decide its bytes) and writes its
+files into a staging folder (`Staged`: the files, their counts); this module does the rest:
+
+1. **Up to date?** ``records.freshness`` compares the receipt with the inputs a build would use now. A ``done``
+   output is skipped ("up to date"), unless forced; anything else is built, and the log says why
+   (`check`).
+2. **Stage.** The build writes only into a private staging folder (``Storage.staging``): nothing a reader can see
+   changes while it runs, and a failure leaves the previous version, or nothing.
+3. **Delete the receipt.** From here on the output is "not done" for every reader (`commit`).
+4. **Commit** each file in the order the build gave (an atomic rename locally, one PUT per object on S3), after
+   deleting what an earlier build left that this one replaces or no longer writes (``Staged.delete_first``).
+5. **Receipt last**, recording each committed file's size, sha256 and storage stamp.
+
+A run of shards (`ShardRun`) does the same for each of its partitions, building those that must be built at the
+same time, each in a process forked from the step (core/workers.py), and committing them here, in partition order.
+So a run of several shards is parallel whoever launched it: the command line, the UI, a backfill, ``dagster asset
+materialize``, a schedule, a sensor or a Ray worker.
+"""
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nemotron_assets.core.records import Receipt, freshness, output_path, rebuild_reason, receipt_path, write_receipt
+from nemotron_assets.core.storage import Storage, locate_os_errors
+from nemotron_assets.core.workers import ForkedCalls, Report, build_processes, usable_cores
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of a step: its receipt is ``prefix + ".json"``, its files lie beside it (records.py)."""
+
+    prefix: str
+    inputs: dict  # everything that decides the files' bytes
+    kind: str  # what was built: "pretrain_shard", "harmony_shard", ...
+    key: str  # its name in the receipt and the log: a partition key, or the prefix
+    extra: dict = field(default_factory=dict)  # informative receipt fields (the blend, the rows read, ...)
+
+
+@dataclass
+class Staged:
+    """What a build wrote into its staging folder."""
+
+    files: dict[str, Path]  # name in the receipt (".bin", "train/shard_00000.jsonl") -> staged file, commit order
+    stats: dict
+    digests: dict[str, dict] = field(default_factory=dict)  # name -> {"bytes", "sha256"}, when the build has them
+    delete_first: tuple[str, ...] = ()  # files of an earlier build to delete before the commit (names as above)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a step did for one output."""
+
+    key: str
+    status: str  # "built" or "up to date"
+    receipt: Receipt
+    seconds: float = 0.0  # wall time (not in the receipt, whose inputs are deterministic)
+    rebuilt_because: str = ""  # why an output that existed was built again
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An output that must be built, and why (``""``: it never was)."""
+
+    output: Output
+    rebuilt_because: str
+    started: float
+
+
+def check(store: Storage, output: Output, force: bool = False, log: Log = print) -> Outcome | Pending:
+    """Step 1: the outcome of an output that is up to date, or what building it takes."""
+    started = time.monotonic()
+    current = freshness(store, output.prefix, output.inputs)
+    because = rebuild_reason(current, force)
+    if because is None:
+        return Outcome(output.key, "up to date", current.receipt, time.monotonic() - started)
+    if because:
+        log(f"{output.key}: rebuilding: {because}")
+    return Pending(output, because, started)
+
+
+def commit(store: Storage, pending: Pending, staged: Staged) -> Outcome:
+    """Steps 3 to 5: publish what the build staged, then the receipt that makes the output done."""
+    output = pending.output
+    files = {name: staged.digests.get(name) or file_digest(path) for name, path in staged.files.items()}
+    store.delete(receipt_path(output.prefix))
+    for name in staged.delete_first:
+        store.delete(output_path(output.prefix, name))
+    for name, path in staged.files.items():
+        store.commit(path, output_path(output.prefix, name))
+    receipt = write_receipt(store, output.prefix, Receipt(kind=output.kind, key=output.key, inputs=output.inputs,
+                                                          files=files, stats=staged.stats, extra=output.extra))
+    return Outcome(output.key, "built", receipt, time.monotonic() - pending.started, pending.rebuilt_because)
+
+
+def build_output(store: Storage, output: Output, build: Callable[[Path], Staged], force: bool = False,
+                 log: Log = print) -> Outcome:
+    """The whole skeleton for one output: ``build(folder)`` writes the files into the staging folder."""
+    checked = check(store, output, force, log)
+    if isinstance(checked, Outcome):
+        return checked
+    with store.staging() as folder:
+        with locate_os_errors(folder):
+            staged = build(folder)
+        return commit(store, checked, staged)
+
+
+def build_outputs(store: Storage, outputs: list[Output], build: Callable[[Path], dict[str, Staged]],
+                  force: bool = False, log: Log = print) -> list[Outcome]:
+    """The skeleton for outputs built together (each view of a pool reads the pool once): all are built when any
+    is not up to date; ``build(folder)`` stages each output's files, by its prefix."""
+    checked = [check(store, output, force, log) for output in outputs]
+    if all(isinstance(c, Outcome) for c in checked):
+        return checked
+    pending = [c if isinstance(c, Pending) else Pending(c_output, "", time.monotonic())
+               for c, c_output in zip(checked, outputs)]
+    with store.staging() as folder:
+        with locate_os_errors(folder):
+            staged = build(folder)
+        return [commit(store, p, staged[p.output.prefix]) for p in pending]
+
+
+def file_digest(path: Path) -> dict:
+    """``{"bytes", "sha256"}`` of a local file, as a receipt records it."""
+    with path.open("rb") as stream:
+        return {"bytes": path.stat().st_size, "sha256": hashlib.file_digest(stream, "sha256").hexdigest()}
+
+
+# --- the shards of one run ------------------------------------------------------------------------------------
+ShardBuilder = Callable[[Path, Report, int], Staged]  # (staging folder, report a log line, cores it may use)
+
+
+@dataclass(frozen=True)
+class ShardBuild:
+    """One partition of a shard run: its output, and how to build it into a staging folder.
+
+    ``build`` may run in a process forked from the step: it may read the sources and write into the folder it is
+    given, and it talks to the step only through ``report`` and what it returns. ``forkable`` is False when it
+    reads through something a fork must not copy (an S3 client): such a shard is built in the step."""
+
+    output: Output
+    build: ShardBuilder
+    forkable: bool = True
+
+
+class ShardRun:
+    """The shards of one step run: `plan` them all, then take each one's `outcome` in partition order.
+
+    ``plan`` decides which shards are up to date (before any fork). When two or more must be built, they start at
+    once in ``processes`` processes forked from the step (0: one per usable core, at most
+    ``workers.MAX_BUILD_PROCESSES``), each taking the next shard when it is done, after ``prepare()`` ran here (it
+    loads what every build shares, e.g. a tokenizer, so no child loads it again). ``outcome(partition)`` waits for
+    that shard's build and commits it. A shard that is not forkable, or alone, is built by ``outcome`` itself. An
+    error of one shard (planning, building or committing) is raised by its own ``outcome`` and by no other.
+    Leaving the context kills the builds still running and removes their staging folders."""
+
+    def __init__(self, store: Storage, log: Log, *, force: bool = False, processes: int = 0,
+                 prepare: Callable[[], object] | None = None) -> None:
+        self.store, self.log, self.force = store, log, force
+        self.processes = build_processes(processes)
+        self.prepare = prepare or (lambda: None)
+        self._planned: dict[str, ShardBuild | Outcome | Pending | BaseException] = {}
+        self._builds: dict[str, ShardBuild] = {}
+        self._forked: ForkedCalls | None = None
+        self._staging: dict[str, tuple[contextlib.ExitStack, Path]] = {}  # the forked builds' folders
+
+    def __enter__(self) -> "ShardRun":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._forked is not None:
+            self._forked.close()
+        for stack, _ in self._staging.values():
+            stack.close()
+        self._staging.clear()
+
+    def plan(self, builds: dict[str, ShardBuild | BaseException]) -> None:
+        """Check every partition (a ``BaseException`` stands for a partition that could not even be described),
+        and start the builds that can run at the same time."""
+        for partition, build in builds.items():
+            if isinstance(build, ShardBuild):
+                self._builds[partition] = build
+                try:
+                    build = check(self.store, build.output, self.force, self.log)
+                except Exception as exc:  # noqa: BLE001 - raised by this shard's outcome, where it is reported
+                    build = exc
+            self._planned[partition] = build
+        to_build = [p for p, planned in self._planned.items() if isinstance(planned, Pending)]
+        forked = [p for p in to_build if self._builds[p].forkable]
+        if self.processes < 2 or len(forked) < 2:
+            return
+        processes = min(self.processes, len(forked))
+        cores = max(1, usable_cores() // processes)  # the cores are shared among the processes
+        self.prepare()  # before the fork: every child shares what it loads
+        calls = {}
+        for partition in forked:
+            stack = contextlib.ExitStack()
+            folder = stack.enter_context(self.store.staging())
+            self._staging[partition] = (stack, folder)
+            calls[partition] = _forked_build(self._builds[partition].build, folder, cores)
+        self._forked = ForkedCalls(calls, processes, on_message=lambda _partition, line: self.log(line))
+        self.log(f"building {len(forked)} shard(s) in {processes} processes, {cores} core(s) each")
+
+    def outcome(self, partition: str) -> Outcome:
+        planned = self._planned.pop(partition)
+        if isinstance(planned, BaseException):
+            raise planned
+        if isinstance(planned, Outcome):
+            return planned
+        if partition not in self._staging:  # built here: alone, or not forkable
+            build = self._builds[partition].build
+            with self.store.staging() as folder:
+                with locate_os_errors(folder):
+                    staged = build(folder, self.log, usable_cores())
+                return commit(self.store, planned, staged)
+        stack, folder = self._staging.pop(partition)
+        with stack:
+            with locate_os_errors(folder):
+                staged = self._forked.result(partition)
+            return commit(self.store, planned, staged)
+
+
+def _forked_build(build: ShardBuilder, folder: Path, cores: int) -> Callable[[Report], Staged]:
+    return lambda report: build(folder, report, cores)

@@ -1,0 +1,41 @@
+"""The harmony pipeline as the registry sees it (core/pipeline.py): steps, assets, automation, status, verify."""
+
+from nemotron_assets.core.automation import nightly_missing_shards_schedule
+from nemotron_assets.core.pipeline import Assets, BlendScope, Pipeline, Step, Target
+from nemotron_assets.core.sections import POOL_NAMES
+from nemotron_assets.defs.harmony.assets import build_harmony_assets
+from nemotron_assets.defs.harmony.shard import harmony_datasets, harmony_freshness
+from nemotron_assets.defs.harmony.status import harmony_problems, harmony_status
+
+
+def nightly_schedule(blend_scope: BlendScope, assets: Assets) -> list:
+    blend = blend_scope.blend
+    datasets = harmony_datasets(blend)
+
+    def state_of(store, base, manifest, index):
+        return harmony_freshness(store, datasets[manifest.dataset], base, manifest, index)
+
+    return [nightly_missing_shards_schedule(f"{blend.name}__nightly_missing_harmony_shards", blend,
+                                            assets["harmony_shard"], "harmony", state_of)]
+
+
+def family_datasets(target: Target) -> list[str]:
+    return [entry.name for entry in target.blend.datasets_of("harmony")]
+
+
+PIPELINE = Pipeline(
+    name="harmony",
+    applies=lambda blend: bool(blend.datasets_of("harmony")),
+    steps=(Step("harmony_shard", keys=lambda target: target.registered(target.scope.dynamic_name("harmony_shards")),
+                ranges=True, options=("force", "build_processes"), registered_by="source_split", skips_rows=True),
+           Step("harmony_dedup", keys=family_datasets),
+           Step("candidate_pool", keys=lambda target: list(POOL_NAMES), by_dataset=False),
+           Step("embedding_view", keys=lambda target: list(POOL_NAMES), by_dataset=False),
+           Step("behavior_report", by_dataset=False)),
+    assets=build_harmony_assets,
+    automation=nightly_schedule,
+    rebuilt_when_inputs_change=("harmony_dedup", "candidate_pool", "embedding_view", "behavior_report"),
+    status=harmony_status,
+    problems=harmony_problems,
+    partition_steps=("harmony_shard",),
+)
