@@ -30,11 +30,12 @@ demo: setup
 	@echo "Outputs: ./data/sample/, ./data/posttrain_sample/ and ./data/rl_sample/   UI: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml"
 
 # Quick start 2: set up, install Debian's chromium and PostgreSQL when missing (apt-get: root, or sudo without a
-# password), lint, and run the whole test suite.
+# password), lint, and run the whole test suite on two workers (pytest-xdist: each test has its own temp folders,
+# instance and ports, so two run side by side).
 test: setup
 	bash .ci/install_system_deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 ui: setup
 	$(BIN)/dagster dev -w workspace.yaml

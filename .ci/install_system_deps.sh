@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # System packages the test suite needs beyond the Python venv:
-# - Debian's chromium for the UI test (nemotron_assets_tests/test_ui.py drives /usr/bin/chromium with Playwright;
-#   Playwright's own browser download needs internet);
-# - Debian's PostgreSQL server for the cluster test (nemotron_assets_tests/test_cluster.py runs initdb and pg_ctl
-#   from /usr/lib/postgresql/<version>/bin in a temp folder; the package's own cluster service is not used).
+# - Debian's chromium for the UI test (nemotron_assets_tests/end_to_end/test_ui.py drives /usr/bin/chromium with
+#   Playwright; Playwright's own browser download needs internet);
+# - Debian's PostgreSQL server for the cluster test (nemotron_assets_tests/end_to_end/test_cluster_deployment.py runs
+#   initdb and pg_ctl from /usr/lib/postgresql/<version>/bin in a temp folder; the package's own cluster service is
+#   not used).
 # Idempotent: installs only what is missing, and runs apt-get update at most once.
 set -euo pipefail
 

@@ -1,29 +1,39 @@
 #!/usr/bin/env python3
-"""Pretraining benchmark: our real CLI path vs Megatron-LM's own tools, on one JSONL file, in one invocation.
+"""Pretraining benchmark: ours, driven the three ways users drive it, vs Megatron-LM's own tools, on one JSONL file,
+in one invocation.
 
     .venv/bin/python bench/bench_pretrain.py --input /tmp/corpus/corpus_200mb.jsonl [--scale 5] \\
         [--tokenizer /tmp/tok/llama3] [--megatron-tree /tmp/megatron --megatron-python /tmp/venv-mega/bin/python] \\
-        [--jobs 2,1] [--in-step] [--classic] [--runs 2] [--shard-size 256MB]
+        [--paths cli,dagster,sensor] [--before /path/to/old/checkout] [--classic] [--runs 2] [--shard-size 256MB]
 
 ``--scale N`` benchmarks the input repeated N times (``--scale 5`` of the 200 MB corpus is the 1 GB case: 4 shards
 at the default 256 MB ``shard_size``), written once into the work folder.
 
-Each run measures, per tool: wall time; CPU time of every process it started (user+sys, exact: this script makes
-itself the child subreaper, so processes whose parent exits first, such as the CLI's fork server and its workers,
-are reaped here and counted); CPU utilization (CPU seconds per wall second, in cores); the peak RSS of its largest
-single process (``ru_maxrss`` of each reaped process); and the CPU time other processes on the machine used
-meanwhile (``/proc/stat``), because this machine is shared. Before each measurement it waits (up to
-``--quiet-wait`` seconds) for the machine to be idle. Tools take turns within a run, so a ratio compares
-measurements taken under the same conditions.
+Ours, each on a fresh Dagster instance (sqlite) and data root (``--paths``):
 
-Ours is ``python -m nemotron_assets materialize`` end to end, once per ``--jobs`` value (``--in-step`` adds
-``--jobs 1 --build-processes 1``: the shards one after the other in the run's step, which loads the tokenizer itself,
-with no build host): a fresh Dagster instance (sqlite), the source split (row count + BLAKE3 of the input),
-tokenizing, the atomic commits, the shard checks and blend.json. With a Megatron-LM tree,
-``tools/preprocess_data_fast.py --use-gigatoken`` runs on the same file and tokenizer (``--classic`` adds
-``tools/preprocess_data.py --workers 2``, ~7 minutes on 1 GB). Every output is compared with Megatron's: our
-shards' ``.bin`` concatenated must equal its ``.bin`` byte for byte, and our sequence lengths and document
-boundaries, shard after shard, its ``.idx``. Ratios > 1 mean we are faster.
+- ``cli``: ``python -m nemotron_assets materialize bench``, the whole blend in one command;
+- ``dagster``: the three documented commands, each a fresh process: ``dagster asset materialize -m
+  nemotron_assets.definitions --select bench/source_split --partition corpus``, then ``--select
+  bench/pretrain_shard --partition-range corpus/shard_00000...corpus/shard_NNNNN`` (every shard in one run), then
+  ``--select bench/megatron_blend``;
+- ``sensor``: the UI path. ``dagster-daemon run`` with the bundled dagster.yaml, then the blend's build sensor
+  ``bench__build`` turned on; timed from the sensor's start to the blend files' commit.
+
+``--before DIR`` also runs an older checkout's command and, with ``dagster``, its Dagster path (one command per
+shard: before single-run backfills, ``--partition-range`` was refused), alternating with the new code.
+
+Each run measures, per tool: wall time; CPU time of every process it started (user+sys, exact: this script makes
+itself the child subreaper, so processes whose parent exits first are reaped here and counted); CPU utilization
+(CPU seconds per wall second, in cores); the peak RSS of its largest single process (``ru_maxrss`` of each reaped
+process); and the CPU time other processes on the machine used meanwhile (``/proc/stat``), because this machine is
+shared. Before each measurement it waits (up to ``--quiet-wait`` seconds) for the machine to be idle. Tools take
+turns within a run, so a ratio compares measurements taken under the same conditions.
+
+Every path does the same work: the source split (row count + BLAKE3 of the input), tokenizing, the atomic commits,
+the shard checks and blend.json. With a Megatron-LM tree, ``tools/preprocess_data_fast.py --use-gigatoken`` runs on
+the same file and tokenizer (``--classic`` adds ``tools/preprocess_data.py --workers 2``, ~7 minutes on 1 GB).
+Every output is compared with Megatron's: our shards' ``.bin`` concatenated must equal its ``.bin`` byte for byte,
+and our sequence lengths and document boundaries, shard after shard, its ``.idx``. Ratios > 1 mean we are faster.
 The tokenize step alone (texts in memory) is measured last, on the input as given (not scaled). Before measuring,
 both tools' packages are compiled to bytecode (``compile_bytecode``), so neither pays for compiling its modules.
 """
@@ -33,11 +43,13 @@ import ctypes
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -92,25 +104,119 @@ def measure(cmd: list[str], env: dict, cwd: Path, log: Path) -> dict:
 
 
 # --- the tools ---------------------------------------------------------------------------------------------
-def run_ours(args, work: Path, input_path: Path, options: list[str]) -> tuple[dict, list[str]]:
-    """The CLI on a fresh instance and data root; (measurements, shard prefixes in order)."""
+@dataclass
+class Root:
+    """A fresh Dagster instance and data root for one build, with the blend ``bench`` over the input."""
+
+    code: Path  # the checkout whose code runs (this one, or --before's)
+    env: dict
+    data: Path
+    home: Path
+
+    @property
+    def shard_folder(self) -> Path:
+        return self.data / "bench" / "pretrain" / "corpus"
+
+
+def fresh_root(args, work: Path, input_path: Path, code: Path = REPO) -> Root:
     blends, home, data = work / "blends", work / "dagster_home", work / "data"
     shutil.rmtree(data, ignore_errors=True)
     shutil.rmtree(home, ignore_errors=True)
     blends.mkdir(parents=True, exist_ok=True)
     home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(code / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     (blends / "bench.yaml").write_text(json.dumps({
         "tokenizer_model": args.tokenizer, "shard_size": args.shard_size,
         "datasets": [{"name": "corpus", "path": str(input_path)}]}))
-    env = dict(os.environ, NEMOTRON_BLENDS_DIR=str(blends), DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(data))
-    cmd = [sys.executable, "-m", "nemotron_assets", "materialize", "bench", "--log-level", "WARNING", *options]
-    result = measure(cmd, env, REPO, work / f"ours{'_'.join(options)}.log")
-    receipts = sorted((data / "bench" / "pretrain" / "corpus").glob("shard_*.json"))
+    env = dict(os.environ, NEMOTRON_BLENDS_DIR=str(blends), DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(data),
+               PYTHONPATH=str(code))
+    return Root(code, env, data, home)
+
+
+def built(root: Root, result: dict) -> tuple[dict, list[str]]:
+    """Add the shards' counts to ``result``; (result, shard prefixes in order)."""
+    receipts = sorted(root.shard_folder.glob("shard_*.json"))
     result["tokens"] = sum(json.loads(r.read_text())["stats"]["tokens"] for r in receipts)
     result["backend"] = json.loads(receipts[0].read_text())["stats"]["backend"]
     result["shards"] = len(receipts)
     return result, [str(r)[: -len(".json")] for r in receipts]
+
+
+def run_cli(root: Root, work: Path, options: list[str]) -> dict:
+    """``python -m nemotron_assets materialize bench``: the whole blend, one command."""
+    cmd = [sys.executable, "-m", "nemotron_assets", "materialize", "bench", "--log-level", "WARNING", *options]
+    return measure(cmd, root.env, root.code, work / f"cli{'_'.join(options)}.log")
+
+
+def dagster_command(select: str, partitions: list[str]) -> list[str]:
+    cmd = [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "nemotron_assets.definitions",
+           "--select", select]
+    if len(partitions) == 1:
+        cmd += ["--partition", partitions[0]]
+    elif partitions:
+        cmd += ["--partition-range", f"{partitions[0]}...{partitions[-1]}"]
+    return cmd
+
+
+def run_dagster_commands(root: Root, work: Path, one_per_shard: bool = False) -> dict:
+    """The documented Dagster commands, each a fresh process: the split, every shard of the dataset in one run (or,
+    with ``one_per_shard``, one command per shard: what a Dagster user had to do before single-run backfills), the
+    blend files. Wall and CPU are the commands' sums, peak RSS their largest process."""
+    commands = [dagster_command("bench/source_split", ["corpus"])]
+    steps = [measure(commands[0], root.env, root.code, work / "dagster_split.log")]
+    manifest = json.loads((root.data / "bench" / "sources" / "corpus" / "manifest.json").read_text())
+    shards = [f"corpus/shard_{shard['index']:05d}" for shard in manifest["shards"]]
+    for run in ([[key] for key in shards] if one_per_shard else [shards]):
+        steps.append(measure(dagster_command("bench/pretrain_shard", run), root.env, root.code,
+                             work / "dagster_shards.log"))
+    steps.append(measure(dagster_command("bench/megatron_blend", []), root.env, root.code, work / "dagster_blend.log"))
+    wall = sum(step["wall_s"] for step in steps)
+    cpu = sum(step["cpu_s"] for step in steps)
+    return {"wall_s": wall, "cpu_s": cpu, "cpu_util": cpu / wall,
+            "peak_rss_mb": max(step["peak_rss_mb"] for step in steps),
+            "background_cores": sum(step["background_cores"] * step["wall_s"] for step in steps) / wall,
+            "commands": [round(step["wall_s"], 2) for step in steps]}
+
+
+def run_build_sensor(root: Root, work: Path, timeout_s: float = 600) -> dict:
+    """The UI path: ``dagster-daemon run`` (the daemon's defaults, the bundled dagster.yaml) is started and given
+    time to load the code location; then the blend's build sensor is turned on (``dagster sensor start``, what the
+    UI's switch does) and the time is taken from the moment it is on until the blend files' receipt is committed.
+    Only wall time: the daemon's processes outlive the build."""
+    bin_dir = Path(sys.executable).parent
+    workspace = str(root.code / "workspace.yaml")
+    receipt = root.data / "bench" / "pretrain" / "blend.receipt.json"
+    with open(work / "daemon.log", "wb") as log:
+        daemon = subprocess.Popen([str(bin_dir / "dagster-daemon"), "run", "-w", workspace], env=root.env,
+                                  cwd=root.code, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        time.sleep(15)  # the daemon loads the code location once; a deployment's daemon is already running
+        subprocess.run([str(bin_dir / "dagster"), "sensor", "start", "bench__build", "-w", workspace],
+                       env=root.env, cwd=root.code, check=True, capture_output=True)
+        started = time.monotonic()
+        while not receipt.exists():
+            if daemon.poll() is not None or time.monotonic() - started > timeout_s:
+                raise SystemExit(f"the build sensor did not build the blend:\n"
+                                 f"{(work / 'daemon.log').read_text(errors='replace')[-4000:]}")
+            time.sleep(0.1)
+        return {"wall_s": time.monotonic() - started}
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(timeout=60)
+        reap_orphans()
+
+
+def reap_orphans(timeout_s: float = 60) -> None:
+    """Wait for the processes handed to this subreaper (the daemon's code server and runs), so their CPU time is not
+    counted for the next tool."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            child, _, _ = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if child == 0:
+            time.sleep(0.1)
 
 
 def keep_outputs(prefixes: list[str], folder: Path) -> list[str]:
@@ -240,9 +346,12 @@ def main() -> int:
     parser.add_argument("--scale", type=int, default=1, help="benchmark the input repeated this many times")
     parser.add_argument("--tokenizer", default="llama3", help="tokenizer folder (or 'llama3', the bundled one)")
     parser.add_argument("--shard-size", default="256MB")
-    parser.add_argument("--jobs", default="2,1", help="--jobs values of our CLI to measure, comma-separated")
-    parser.add_argument("--in-step", action="store_true",
-                        help="also measure --jobs 1 --build-processes 1 (every shard built in the run's step)")
+    parser.add_argument("--paths", default="cli,dagster,sensor",
+                        help="how ours is driven: cli (our command), dagster (the three documented dagster "
+                             "commands), sensor (the daemon and the build sensor, as in the UI); comma-separated")
+    parser.add_argument("--cli-options", default="", help="more options of our command, e.g. '--build-processes 1'")
+    parser.add_argument("--before", default=None,
+                        help="a checkout of older code: also its command, and its Dagster commands one per shard")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--megatron-tree", default=None, help="Megatron-LM source tree (enables the baselines)")
     parser.add_argument("--megatron-python", default="/tmp/venv-mega/bin/python")
@@ -269,29 +378,46 @@ def main() -> int:
             pass
     if not args.no_compile_bytecode:
         compile_bytecode(sys.executable, REPO / "nemotron_assets")
+        if args.before:
+            compile_bytecode(sys.executable, Path(args.before) / "nemotron_assets")
         if args.megatron_tree:
             compile_bytecode(args.megatron_python, Path(args.megatron_tree) / "megatron",
                              Path(args.megatron_tree) / "tools")
-    variants = [["--jobs", j.strip()] for j in args.jobs.split(",")]
-    if args.in_step:
-        variants.append(["--jobs", "1", "--build-processes", "1"])
+    paths = [path.strip() for path in args.paths.split(",")]
+    tools = []  # (name, how to run it on a fresh root: -> measurements, the checkout)
+    for path in paths:
+        if path == "cli":
+            tools.append(("nemotron_assets materialize", lambda root: run_cli(root, work, args.cli_options.split()),
+                          REPO))
+        elif path == "dagster":
+            tools.append(("dagster asset materialize x3", lambda root: run_dagster_commands(root, work), REPO))
+        elif path == "sensor":
+            tools.append(("build sensor + daemon", lambda root: run_build_sensor(root, work), REPO))
+        else:
+            raise SystemExit(f"unknown path {path!r}: cli, dagster or sensor")
+    if args.before:
+        before = Path(args.before).resolve()
+        tools.append(("before: nemotron_assets materialize", lambda root: run_cli(root, work, []), before))
+        if "dagster" in paths:
+            tools.append(("before: dagster asset materialize per shard",
+                          lambda root: run_dagster_commands(root, work, one_per_shard=True), before))
     rows, results = [], {"input_bytes": size, "runs": []}
     for run in range(1, args.runs + 1):
         measured: dict[str, dict] = {}
         outputs: dict[str, list[str] | str] = {}
-        for options in variants:
-            name = f"nemotron_assets materialize {' '.join(options)}"
+        for name, build, code in tools:
             load = wait_quiet(args.quiet_wait)
-            measured[name], prefixes = run_ours(args, work, input_path, options)
+            root = fresh_root(args, work, input_path, code)
+            measured[name], prefixes = built(root, build(root))
             measured[name]["load_before"] = load
-            outputs[name] = keep_outputs(prefixes, work / f"ours{'_'.join(options)}")
+            outputs[name] = keep_outputs(prefixes, work / f"ours{len(outputs)}")
         if args.megatron_tree:
             for fast in (True, False) if args.classic else (True,):
                 name = FAST if fast else CLASSIC
                 load = wait_quiet(args.quiet_wait)
                 measured[name], outputs[name] = run_megatron(args, work, input_path, fast)
                 measured[name]["load_before"] = load
-        ours = [n for n in measured if n.startswith("nemotron_assets")]
+        ours = [n for n in measured if not n.startswith("megatron")]
         megatron = [n for n in measured if n.startswith("megatron")]
         reference = megatron[0] if megatron else ours[0]
         tokens = measured[ours[0]]["tokens"]
@@ -313,13 +439,24 @@ def main() -> int:
     header = (f"{'tool':47} {'run':>3} {'wall s':>7} {'CPU s':>7} {'CPU util':>8} {'M tok/s':>8} "
               f"{'peak RSS MB':>11} {'bg cores':>8} {'identical':>9}")
     print(header)
+    def cell(m: dict, key: str, form: str) -> str:
+        return format(m[key], form) if key in m else "-"
+
     for name, run, m in rows:
-        print(f"{name:47} {run:>3} {m['wall_s']:>7.2f} {m['cpu_s']:>7.2f} {100 * m['cpu_util']:>7.0f}% "
-              f"{tokens / m['wall_s'] / 1e6:>8.2f} {m['peak_rss_mb']:>11.0f} {m['background_cores']:>8.2f} "
-              f"{'yes' if m['identical'] else 'NO':>9}")
+        util = f"{100 * m['cpu_util']:.0f}%" if "cpu_util" in m else "-"
+        print(f"{name:47} {run:>3} {m['wall_s']:>7.2f} {cell(m, 'cpu_s', '.2f'):>7} {util:>8} "
+              f"{tokens / m['wall_s'] / 1e6:>8.2f} {cell(m, 'peak_rss_mb', '.0f'):>11} "
+              f"{cell(m, 'background_cores', '.2f'):>8} {'yes' if m['identical'] else 'NO':>9}"
+              + (f"  (commands: {', '.join(f'{t:.2f}' for t in m['commands'])} s)" if "commands" in m else ""))
     print("\nCPU util: CPU seconds of every process of the tool per wall second (200% = both cores); peak RSS: its "
           "largest single process; bg cores: other processes' CPU use during the run (a busy machine slows every "
-          "tool).")
+          "tool). The build sensor's time runs from the sensor's start to the blend files' commit (the daemon runs "
+          "before).")
+    cli = "nemotron_assets materialize"
+    for name in measured:
+        if name != cli and cli in measured and not name.startswith("megatron"):
+            per_run = [r[name]["wall_s"] / r[cli]["wall_s"] for r in results["runs"]]
+            print(f"ratio {name} wall / {cli} wall: per run {', '.join(f'{x:.2f}' for x in per_run)}")
     for name in ours:
         for other in measured:
             if other.startswith("megatron"):

@@ -12,7 +12,7 @@ Dagster runs) weigh more: bench/README.md has both.
 The conversations are `bench_sft_render.conversations` (cut from the real-text corpus, ``bash
 bench/baselines/make_corpus.sh``: 1 to 3 user turns, every 5th with a system message, every 4th with reasoning),
 written once as ``openai_chat`` rows into a blend with an ``sft:`` section: Llama-3 and the tagged Llama-3-style
-template (``nemotron_assets_tests/sft/fixtures/llama3_tagged.jinja``), ``pack_size`` positions, Parquet output.
+template (``nemotron_assets_tests/chat/fixtures/llama3_tagged.jinja``), ``pack_size`` positions, Parquet output.
 
 Ours: one ``python -m nemotron_assets materialize`` in a fresh instance (`cli_runs.run_cli`). The SFT part is the
 four steps ``sft_samples`` (render, tokenize, mask), ``sft_plan``, ``sft_packed`` (pack, write) and ``sft_manifest``:

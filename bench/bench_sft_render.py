@@ -12,8 +12,8 @@ skipped: the product drops placeholder prompts (``quality_placeholder_prompt``),
 otherwise render fewer samples than the baseline (18 of the full corpus's conversations). Each side runs in its own
 fresh process, one after the other:
 
-1. ours, Llama-3 + a tagged Llama-3-style template (``nemotron_assets_tests/sft/fixtures/llama3_tagged.jinja``):
-   `samples_in_processes` (nemotron_assets_tests/sft/render_in_processes.py) with ``--workers`` processes,
+1. ours, Llama-3 + a tagged Llama-3-style template (``nemotron_assets_tests/chat/fixtures/llama3_tagged.jinja``):
+   `samples_in_processes` (nemotron_assets_tests/chat/render_in_processes.py) with ``--workers`` processes,
    batches of ``--batch`` conversations;
 2. transformers 5.23 ``apply_chat_template(..., tokenize=True, return_dict=True,
    return_assistant_tokens_mask=True)`` on the same samples (the same prefixes for split conversations), one
@@ -44,7 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-TEMPLATE = REPO / "nemotron_assets_tests" / "sft" / "fixtures" / "llama3_tagged.jinja"
+TEMPLATE = REPO / "nemotron_assets_tests" / "chat" / "fixtures" / "llama3_tagged.jinja"
 SYSTEM = "You answer questions about software documentation."
 
 
@@ -131,7 +131,7 @@ def cpu_seconds() -> float:
 
 def run_ours(args: argparse.Namespace, chat_template: str, tokenizer_model: str) -> dict:
     from nemotron_assets.chat.chat_format import ChatFormatSpec
-    from nemotron_assets_tests.sft.render_in_processes import samples_in_processes
+    from nemotron_assets_tests.chat.render_in_processes import samples_in_processes
 
     spec = ChatFormatSpec(chat_template, tokenizer_model)
     start, cpu = time.perf_counter(), cpu_seconds()

@@ -4,8 +4,10 @@ Load it with ``dagster dev -w workspace.yaml`` or ``dagster asset materialize -m
 Storage is local disk or S3, picked by ``NEMOTRON_DATA_ROOT`` alone; S3 credentials reach the storage resource
 as ``dg.EnvVar``s, so only their names are visible in the UI.
 
-For each blend, each pipeline of the registry (``nemotron_assets.defs.PIPELINES``) that applies to it adds its
-assets, handed the assets of the pipelines before it; then its sensors and schedules. Each blend gets its full build
+For each blend, each pipeline of the registry (``nemotron_assets.defs.registry.PIPELINES``) that applies to it adds
+its assets, handed the assets of the pipelines before it; then its sensors and schedules. The blend's build sensor
+(``<blend>__build``) covers the steps that name a build stage, and its post-training automation sensor the assets
+the pipelines rebuild once their inputs changed (core/automation.py). Each blend gets its full build
 (group ``<blend>``) and its sample twins (group ``<blend>_samples``, core/partitions.py). A blend file that does not
 load does not take the others down: it shows in the UI as one asset, ``<name>/blend_file_error``, whose description
 is the located error.
@@ -22,7 +24,7 @@ import dagster as dg
 
 from nemotron_assets.cli.console import compact_console
 from nemotron_assets.core import settings
-from nemotron_assets.core.automation import rebuild_when_inputs_change_sensor
+from nemotron_assets.core.automation import build_sensor, rebuild_when_inputs_change_sensor
 from nemotron_assets.core.blend import BrokenBlend, load_blend_folder
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.partitions import Scope
@@ -58,9 +60,15 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
                 assets += mine.values()
                 if not scope.samples:
                     automation += pipeline.automation(blend_scope, built)
-            eager = [built[name] for pipeline in PIPELINES if pipeline.applies(blend)
-                     for name in pipeline.rebuilt_when_inputs_change]
-            if eager and not scope.samples:
+            if scope.samples:
+                continue
+            applying = [pipeline for pipeline in PIPELINES if pipeline.applies(blend)]
+            staged = [(step, built[step.asset]) for pipeline in applying for step in pipeline.steps
+                      if step.build_stage is not None]
+            if staged:
+                automation.append(build_sensor(blend_scope, staged))
+            eager = [built[name] for pipeline in applying for name in pipeline.rebuilt_when_inputs_change]
+            if eager:
                 automation.append(rebuild_when_inputs_change_sensor(blend, eager))
     storage = StorageResource.from_environment(data_root or settings.data_root())
     return dg.Definitions(

@@ -26,3 +26,14 @@ def sample_blends(tmp_path) -> Path:
     target = tmp_path / "blends"
     shutil.copytree(REPO / "blends", target)
     return target
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    """The environment of a command in a fresh instance (the bundled dagster.yaml) writing under tmp_path."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    env = dict(os.environ, DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(tmp_path / "data"),
+               NEMOTRON_BLENDS_DIR=str(REPO / "blends"), HF_HUB_OFFLINE="1")
+    return env

@@ -1,4 +1,4 @@
-"""Watching real processes end, for the tests of forked processes (forked_calls.py, pretrain/build_host.py)."""
+"""Watching real processes end, for the tests of forked processes (core/test_parallel_calls_in_forked_processes.py)."""
 
 import time
 from collections.abc import Callable

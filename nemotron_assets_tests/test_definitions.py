@@ -46,5 +46,7 @@ def test_a_broken_blend_file_becomes_an_error_asset_and_the_others_still_load(tm
     assert "typo.yaml" in error.description and "wieght" in error.description and "unknown key" in error.description
 
 
-def test_the_bundled_blends_folder_loads():
-    dg.Definitions.validate_loadable(build_definitions(blends_dir=REPO / "blends"))
+def test_the_bundled_blends_folder_loads_as_a_code_server_loads_it():
+    defs = build_definitions(blends_dir=REPO / "blends")
+    dg.Definitions.validate_loadable(defs)
+    defs.get_repository_def().load_all_definitions()  # every job a sensor or schedule implies, as a code server does

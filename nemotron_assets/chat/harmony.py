@@ -11,7 +11,7 @@ What we render instead, for a sample trained from message ``trained_from`` on (`
 
 So a sample's text equals openai-harmony's ``render_conversation_for_training`` with ``auto_drop_analysis=False`` of
 the sample's Harmony messages from which the history's ``analysis`` messages were removed (tested token for token in
-``nemotron_assets_tests/sft/test_harmony_sft.py``). A whole conversation (``trained_from = 0``: no reasoning, or
+``nemotron_assets_tests/chat/test_render_harmony.py``). A whole conversation (``trained_from = 0``: no reasoning, or
 scoring's whole-row render) has no history and keeps everything, as ``harmony_shard`` stores it. The rendering itself
 is `nemotron_assets.formats.harmony.render_harmony`.
 

@@ -24,7 +24,6 @@ its UTF-8 length goes through the reference (`texts_through_reference` counts th
 
 import json
 import re
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from tokenizers import Encoding, Tokenizer
 
 from nemotron_assets.chat.masks import TokenLocator
 from nemotron_assets.sources.errors import InputError
-from nemotron_assets.tokenize.encoders import probe_texts
+from nemotron_assets.tokenize.encoders import ParsedTokenizer, parse_tokenizer, probe_texts
 from nemotron_assets.tokenize.loading import TokenizerFiles
 
 BACKENDS = ("auto", "reference", "fastokens")
@@ -293,35 +292,22 @@ def byte_level_lengths(tokenizer: Tokenizer) -> np.ndarray | None:
     return None if (lengths <= 0).any() else lengths  # every token stands for at least one byte
 
 
-#: tokenizer.json path -> the parsed reference and fastokens tokenizers (None: fastokens could not load it) and the
-#: reference's `byte_level_lengths`, made
-#: by `preload_files` in a process about to fork its render workers (pool.py): each worker then builds its
-#: `HFChatTokenizer` from these instead of parsing the file again (over a second for Llama-3). Only parsing is
-#: done ahead: nothing is encoded, so no tokenizer thread pool runs when the workers are forked.
-_PRELOADED: dict[str, tuple[Tokenizer, Any, np.ndarray | None]] = {}
+#: tokenizer.json path -> that file parsed (the reference and fastokens) and the reference's `byte_level_lengths`, made
+#: by `preload_files` in a process about to fork its render workers (defs/sft/render_pool.py): each worker then
+#: builds its `HFChatTokenizer` from these instead of parsing the file again (over a second for Llama-3). Only
+#: parsing is done ahead: nothing is encoded, so no tokenizer thread pool runs when the workers are forked.
+_PRELOADED: dict[str, tuple[ParsedTokenizer, np.ndarray | None]] = {}
+
+
+def _parse(tokenizer_json: Path, with_fast: bool) -> ParsedTokenizer:
+    return parse_tokenizer(tokenizer_json.read_text(encoding="utf-8"), str(tokenizer_json), with_fast,
+                           field=TOKENIZER_FIELD)
 
 
 def preload_files(tokenizer_json: Path) -> None:
-    """Parse a tokenizer.json for `HFChatTokenizer`s made later in this process or its forked children. The two
-    parsers run side by side (a thread, joined before returning: they release the GIL for part of their work)."""
-    parsed: dict[str, Any] = {}
-
-    def parse_fast() -> None:
-        try:
-            import fastokens
-
-            parsed["fast"] = fastokens.Tokenizer.from_file(str(tokenizer_json))
-        except (ImportError, ValueError, RuntimeError, OSError):
-            parsed["fast"] = None  # HFChatTokenizer tries again and says why
-
-    thread = threading.Thread(target=parse_fast, name="fastokens-parse")
-    thread.start()
-    try:
-        reference = Tokenizer.from_file(str(tokenizer_json))
-        byte_lengths = byte_level_lengths(reference)  # while fastokens parses
-    finally:
-        thread.join()
-    _PRELOADED[str(tokenizer_json)] = (reference, parsed.get("fast"), byte_lengths)
+    """Parse a tokenizer.json for `HFChatTokenizer`s made later in this process or its forked children."""
+    parsed = _parse(tokenizer_json, with_fast=True)
+    _PRELOADED[str(tokenizer_json)] = (parsed, byte_level_lengths(parsed.reference))
 
 
 def forget_preloaded() -> None:
@@ -340,37 +326,24 @@ class HFChatTokenizer(CheckedTokenizer):
         self.files = files
         self.name = files.spec
         preloaded = _PRELOADED.get(str(files.tokenizer_json))
-        try:
-            self.reference = preloaded[0] if preloaded else Tokenizer.from_file(str(files.tokenizer_json))
-        except Exception as error:  # tokenizers raises a bare Exception on a malformed tokenizer.json
-            raise InputError(f"not a valid tokenizer.json: {error}", path=str(files.tokenizer_json),
-                             field=TOKENIZER_FIELD) from None
-        self.reference.no_padding()  # transformers ignores tokenizer.json padding/truncation; so do we
-        self.reference.no_truncation()
+        parsed = preloaded[0] if preloaded else _parse(files.tokenizer_json, with_fast=backend != "reference")
+        self.reference = parsed.reference
         self.vocab_size = self.reference.get_vocab_size(with_added_tokens=True)
         self.template_tokens = {name: token for name, token in (("bos_token", files.bos_token),
                                 ("eos_token", files.eos_token), ("sep_token", files.sep_token)) if token is not None}
         self.literals = TokenLiterals(t.content for t in self.reference.get_added_tokens_decoder().values())
         if backend != "reference":
-            self._try_fastokens(required=backend == "fastokens")
+            byte_lengths = preloaded[1] if preloaded else byte_level_lengths(self.reference)
+            self._try_fastokens(parsed, byte_lengths, required=backend == "fastokens")
 
-    def _try_fastokens(self, required: bool) -> None:
-        preloaded = _PRELOADED.get(str(self.files.tokenizer_json))
-        byte_lengths = preloaded[2] if preloaded else byte_level_lengths(self.reference)
+    def _try_fastokens(self, parsed: ParsedTokenizer, byte_lengths: np.ndarray | None, required: bool) -> None:
         if byte_lengths is None:
             return self._disable_fast("not a byte-level BPE tokenizer (offsets cannot be derived from ids)", required)
-        try:
-            import fastokens
-
-            fast = preloaded[1] if preloaded and preloaded[1] is not None else fastokens.Tokenizer.from_file(
-                str(self.files.tokenizer_json))
-        except (ImportError, ValueError, RuntimeError, OSError) as error:
-            return self._disable_fast(f"fastokens unavailable ({error})", required)
-        fast.no_padding()
-        fast.no_truncation()
+        if parsed.fast is None:
+            return self._disable_fast(parsed.fast_error, required)
         probes = probe_texts(self.reference)
         probes += [f"{text}\n\n{text.upper()} 👩‍👩‍👧 ok" for text in probes[:20]]
-        self._enable_fast(fast, byte_lengths, probes, required)
+        self._enable_fast(parsed.fast, byte_lengths, probes, required)
 
     def _reference(self, texts: Sequence[str]) -> list[TokenizedText]:
         encodings = self.reference.encode_batch(list(texts), add_special_tokens=False)

@@ -24,7 +24,6 @@ import dagster as dg
 
 from nemotron_assets.cli import UsageError, storage
 from nemotron_assets.core import settings
-from nemotron_assets.core.allocator import tune_malloc_for_builds
 from nemotron_assets.core.blend import Blend, load_blend_folder
 from nemotron_assets.core.instance import (
     LAUNCHED_BY_TAG,
@@ -58,7 +57,6 @@ class Request:
 
 def materialize(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    tune_malloc_for_builds()  # before any thread starts (core/allocator.py)
     blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
     try:
         sample = sample_name(args.scale, args.max_rows)

@@ -1,8 +1,10 @@
 """Memory settings of the processes that build: glibc's ``malloc`` (few arenas, large blocks kept for reuse), and
 Python's cycle collector paused while a step makes many objects and no cycles (`collector_paused`).
 
-Both are glibc's documented tunables (``man 3 mallopt``), set once by ``materialize`` before any thread starts;
-the processes it forks (the builds of a run's shards) inherit them. Without glibc (musl, macOS) nothing changes.
+Both are glibc's documented tunables (``man 3 mallopt``), set by every step that builds (core/reporting.py
+``materialize_partitions``), whoever launched its run; the processes it forks (the builds of a run's shards) inherit
+them. An arena limit set after threads started limits the arenas made from then on. Without glibc (musl, macOS)
+nothing changes.
 
 **Arenas.** A pretraining shard runs five threads that allocate (reader, two tokenizers, writer, the step), and
 glibc gives each its own arena that keeps up to ~64 MB of freed memory: on 1 GB of input the CLI's peak RSS varied

@@ -1,6 +1,6 @@
 """A pipeline: one path a blend's data takes, from its sources to what a trainer reads.
 
-The pipelines are listed, in build order, in ``nemotron_assets.defs.PIPELINES`` (the registry): the sources'
+The pipelines are listed, in build order, in ``nemotron_assets.defs.registry.PIPELINES``: the sources'
 manifests, pretraining shards, Harmony curation, scoring, JSONL and packed SFT. Everything the shared code knows of a
 pipeline is the `Pipeline` object it registers, and the shared code only iterates over the registry:
 
@@ -14,6 +14,7 @@ Adding a pipeline is one folder under ``defs/`` and one line in the registry; no
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import IntEnum
 from pathlib import Path
 
 import dagster as dg
@@ -45,6 +46,7 @@ class Target:
     scope: Scope
     sample: str | None = None
     dataset: str | None = None
+    blend_file: Path | None = None  # where relative source paths start; only what lists the sources needs it
 
     def registered(self, partitions_name: str) -> list[str]:
         """The full build's keys of this target's sample (or of the full build) among a dynamic partitions set."""
@@ -54,6 +56,14 @@ class Target:
             if sample == (self.sample if self.scope.samples else None):
                 keys.append(full)
         return keys
+
+
+class BuildStage(IntEnum):
+    """The stages of a blend's build sensor (core/automation.py ``build_sensor``), in the order it requests them."""
+
+    SOURCE_SPLITS = 1
+    SHARDS = 2
+    BLEND_FILES = 3
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,9 @@ class Step:
     ``tokenizer_backend``); only values a user gave are passed, so the command line launches the same runs as the
     documented ``dagster asset materialize`` commands. ``registered_by``: the asset whose run registers its keys,
     named when there are none. ``skips_rows``: its materializations count the bad rows ``on_error: skip`` left
-    out (``dropped_by_reason``), which the command line sums up."""
+    out (``dropped_by_reason``), which the command line sums up. ``build_stage``: when the blend's build sensor
+    requests this step (core/automation.py), asking ``not_done(target)`` for the full build's keys that are missing,
+    stale or failed (``[None]``: an unpartitioned asset that is not up to date)."""
 
     asset: str
     keys: Callable[[Target], list[str] | None] = lambda target: None
@@ -76,6 +88,8 @@ class Step:
     by_dataset: bool = True  # its keys start with a dataset name (--partition DATASET keeps those)
     registered_by: str | None = None
     skips_rows: bool = False
+    build_stage: BuildStage | None = None
+    not_done: Callable[[Target], list[str | None]] = lambda target: []
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
+from nemotron_assets.core.allocator import tune_malloc_for_builds
 from nemotron_assets.core.records import NotReady
 from nemotron_assets.sources.errors import InputError
 
@@ -76,6 +77,8 @@ def materialize_partitions(context: dg.AssetExecutionContext, asset_key: dg.Asse
     partitions' committed outputs.
     """
     build_them = asset_key in context.selected_asset_keys
+    if build_them:
+        tune_malloc_for_builds()  # this process builds now, and so will those it forks (core/allocator.py)
     wanted_checks = {key.name for key in context.selected_asset_check_keys}
     failures: list[tuple[str, str, bool]] = []  # (partition, located message, retryable)
     for partition in partitions:

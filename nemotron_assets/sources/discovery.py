@@ -8,6 +8,8 @@ are matched exactly against path segments: ``4plus`` matches ``4plus/x.parquet``
 """
 
 import glob
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -45,6 +47,16 @@ def resolve_files(entry: SourceEntry, base_dir: Path) -> Resolution:
         raise InputError(f"no data files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet) found at {entry.path}"
                          f"{what}", dataset=entry.name, field="path")
     return resolution
+
+
+def listing_hash(entry: SourceEntry, base_dir: Path) -> str:
+    """A short hash of the entry's file listing (path, size, and the ETag on S3 or the modification time on local
+    disk): it changes when a file appears, goes or changes, and reading it never opens a file."""
+    listing = []
+    for source in resolve_files(entry, base_dir).files:
+        fingerprint = source.fingerprint or str(os.stat(source.url).st_mtime_ns)  # local: no ETag
+        listing.append([source.url, source.size, fingerprint])
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
 
 
 def _data_file(url: str, size: int, entry: SourceEntry, fingerprint: str = "",

@@ -15,11 +15,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.cuts import Cutter
-from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder
+from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder, parse_tokenizer
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
 from nemotron_assets.tokenize.long_documents import LongDocuments, encode_texts
 
@@ -39,19 +38,13 @@ class LoadedTokenizer:
     def __init__(self, files: TokenizerFiles, options: DocumentOptions) -> None:
         self.files = files
         self.options = options
-        text = files.tokenizer_json.read_text(encoding="utf-8")
-        try:
-            self.reference = Tokenizer.from_str(text)
-        except Exception as exc:  # tokenizers raises a bare Exception on a malformed tokenizer.json
-            raise InputError(f"not a valid tokenizer.json: {exc}", path=str(files.tokenizer_json)) from None
-        # A tokenizer.json may carry padding/truncation settings (sentence-transformers models pad to 128);
-        # transformers, and so Megatron, ignores them unless asked, so the reference must too.
-        self.reference.no_padding()
-        self.reference.no_truncation()
+        parsed = parse_tokenizer(files.tokenizer_json.read_text(encoding="utf-8"), str(files.tokenizer_json),
+                                 with_fast=options.backend != "hf")
+        self.reference = parsed.reference
         self.vocab_size = self.reference.get_vocab_size(with_added_tokens=True)
         self.eod_id = self._eod_id() if options.add_eos else None
         self.bos_id = self._token_id(files.bos_token, "bos_token") if options.add_bos else None
-        self.encoder, self.backend_reason = choose_encoder(self.reference, text, options.backend)
+        self.encoder, self.backend_reason = choose_encoder(parsed, options.backend)
         self.hf = HFEncoder(self.reference)
         self.cutter = Cutter(self.reference)  # where long texts may be cut, or why not (cutter.rules.refusal)
         self.bos_already_added = bool(self.bos_id is not None and self._post_processor_adds(self.bos_id))

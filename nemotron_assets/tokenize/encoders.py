@@ -2,18 +2,25 @@
 
 The reference is Hugging Face ``tokenizers`` called as Megatron calls it (post-processor on). ``fastokens``
 is ~20x faster on real text and was exact on 61,502 real documents, but a fast backend is only used after
-it agrees with the reference id for id on a probe set built from the tokenizer itself (every added/special
-token literal inside text, empty and whitespace-only documents, unicode, CRLF, long repeats), and callers
-cross-check samples of every shard (``sample_mismatch``). Anything else falls back to the reference.
+it agrees with the reference id for id on a probe set built from the tokenizer itself (`probe_texts`: every
+added/special token literal inside text, empty and whitespace-only documents, unicode, CRLF, long repeats), and
+callers cross-check samples of every shard (``sample_mismatch``). Anything else falls back to the reference.
+
+Both kinds of tokenizer are parsed from the file here, once, by `parse_tokenizer`; the chat tokenizers of SFT
+(chat/tokenizers.py) take the same two and the same probe texts, and check offsets too.
 """
 
 import os
+import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from tokenizers import Tokenizer
+
+from nemotron_assets.sources.errors import InputError
 
 
 class Encoder(Protocol):
@@ -71,20 +78,65 @@ def _groups(texts: Sequence[str], limit: int) -> Iterator[list[str]]:
 FASTOKENS_THREADS_PER_CALL = "1"
 
 
+#: What fastokens raises for a file it cannot take, or when it is not installed: the reference is used instead.
+FASTOKENS_ERRORS = (ImportError, ValueError, RuntimeError, OSError)
+
+
+@dataclass
+class ParsedTokenizer:
+    """A tokenizer.json parsed by the reference and, when asked, by fastokens (None, with ``fast_error``, when
+    fastokens could not take it). Neither pads nor truncates: transformers ignores a tokenizer.json's padding and
+    truncation settings (sentence-transformers models pad to 128) unless asked, and so does Megatron."""
+
+    reference: Tokenizer
+    fast: Any = None  # a fastokens.Tokenizer
+    fast_error: str = "fastokens not asked for"
+
+
+def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = None) -> ParsedTokenizer:
+    """Parse a tokenizer.json's ``text``: fastokens in a thread (it lets go of the GIL for most of its ~1.3 s on
+    Llama-3) while the reference parses here. The thread is joined before this returns, also when the reference
+    refuses the file, so nothing parses on after the caller moved on. A file the reference refuses is an
+    ``InputError`` naming ``path`` (and the blend ``field`` that chose it)."""
+    parsed = ParsedTokenizer(reference=None)  # type: ignore[arg-type]
+
+    def parse_fast() -> None:
+        try:
+            import fastokens
+
+            # Read once per process, at fastokens' first encode: set before anything is encoded.
+            os.environ.setdefault("FASTOKENS_BPE_THREADS", FASTOKENS_THREADS_PER_CALL)
+            fast = fastokens.Tokenizer.from_json_str(text)
+            fast.no_padding()
+            fast.no_truncation()
+            parsed.fast = fast
+        except FASTOKENS_ERRORS as exc:
+            parsed.fast_error = f"fastokens unavailable ({exc})"
+
+    thread = threading.Thread(target=parse_fast, name="fastokens-parse") if with_fast else None
+    if thread is not None:
+        thread.start()
+    try:
+        reference = Tokenizer.from_str(text)
+    except Exception as exc:  # tokenizers raises a bare Exception on a malformed tokenizer.json
+        raise InputError(f"not a valid tokenizer.json: {exc}", path=path, field=field) from None
+    finally:
+        if thread is not None:
+            thread.join()
+    reference.no_padding()
+    reference.no_truncation()
+    parsed.reference = reference
+    return parsed
+
+
 class FastokensEncoder:
     """``fastokens.Tokenizer.encode_batch_flat``: ids come back as one uint32 buffer, no Python lists."""
 
     name = "fastokens"
     batch_chars = 1 << 23  # ~18 bytes per token: an 8 M-character call holds ~40 MB
 
-    def __init__(self, tokenizer_json_text: str) -> None:
-        import fastokens
-
-        # Read once per process, at fastokens' first encode: set before this encoder's probes are encoded.
-        os.environ.setdefault("FASTOKENS_BPE_THREADS", FASTOKENS_THREADS_PER_CALL)
-        self.tokenizer = fastokens.Tokenizer.from_json_str(tokenizer_json_text)
-        self.tokenizer.no_padding()  # as the reference: transformers ignores tokenizer.json padding/truncation
-        self.tokenizer.no_truncation()
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer  # a fastokens.Tokenizer (parse_tokenizer)
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray]:
         ids, offsets = self.tokenizer.encode_batch_flat(list(texts), add_special_tokens=add_special_tokens)
@@ -137,23 +189,18 @@ def first_mismatch(candidate: Encoder, reference: Encoder, texts: Sequence[str],
     return 0
 
 
-def choose_encoder(reference: Tokenizer, tokenizer_json_text: str, backend: str) -> tuple[Encoder, str]:
-    """The fastest encoder that reproduces the reference on the probe set, and why it was chosen.
-
-    The fast encoder is built here, in the calling thread, only after the reference has parsed the same file:
-    fastokens never sees a file the reference refused. (Building it in a background thread while the reference
-    loaded saved ~0.4 s, but a tokenizer that failed to load left that thread parsing on natively after the
-    caller had moved on, and a test run crashed with a segmentation fault in such a thread.)"""
-    hf = HFEncoder(reference)
+def choose_encoder(parsed: ParsedTokenizer, backend: str) -> tuple[Encoder, str]:
+    """The fastest encoder that reproduces the reference on the probe set, and why it was chosen."""
+    hf = HFEncoder(parsed.reference)
     if backend == "hf":
         return hf, "hf-tokenizers requested"
-    try:
-        fast = FastokensEncoder(tokenizer_json_text)
-    except (ImportError, ValueError, RuntimeError, OSError) as exc:
+    if parsed.fast is None:
         if backend == "fastokens":
-            raise
-        return hf, f"fastokens unavailable ({exc}); using hf-tokenizers"
-    probes = probe_texts(reference)
+            raise InputError(f"tokenizer backend fastokens cannot be used: {parsed.fast_error}",
+                             field="tokenizer_backend")
+        return hf, f"{parsed.fast_error}; using hf-tokenizers"
+    fast = FastokensEncoder(parsed.fast)
+    probes = probe_texts(parsed.reference)
     for add_special_tokens in (True, False):  # False: how the pieces of a long text are encoded
         bad = first_mismatch(fast, hf, probes, add_special_tokens=add_special_tokens)
         if bad is not None:

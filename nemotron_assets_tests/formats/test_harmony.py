@@ -14,15 +14,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from openai_harmony import (
-    Author,
     Conversation,
-    DeveloperContent,
-    ReasoningEffort,
     RenderConversationConfig,
-    Role,
-    SystemContent,
-    TextContent,
-    ToolDescription,
 )
 from openai_harmony import Message as LibraryMessage
 
@@ -46,6 +39,7 @@ from nemotron_assets.formats.harmony import (
     validate_harmony,
     validate_messages,
 )
+from nemotron_assets_tests.harmony_reference import from_library, library_developer, library_system, to_library
 
 # --- the reference: openai-harmony ----------------------------------------------------------------------------------
 
@@ -60,39 +54,6 @@ def library_parse(encoding, text: str) -> list[Message]:
     """The library's reading of `text`, tokenized with special tokens as tokens, as our messages."""
     parsed = encoding.parse_messages_from_completion_tokens(encoding.encode(text, allowed_special="all"))
     return [from_library(message) for message in parsed]
-
-
-def to_library(message: Message) -> LibraryMessage:
-    library_message = LibraryMessage.from_author_and_content(
-        Author(role=Role(message.role), name=message.name), TextContent(text=message.content)
-    )
-    library_message.channel = message.channel
-    library_message.recipient = message.recipient
-    library_message.content_type = message.content_type
-    return library_message
-
-
-def from_library(message: LibraryMessage) -> Message:
-    content = "".join(part.text for part in message.content)
-    role, name = message.author.role.value, message.author.name
-    return Message(role, content, message.channel, message.recipient, message.content_type, name)
-
-
-def library_system(effort: str | None, *, python_tool: bool = False, **fields) -> LibraryMessage:
-    content = SystemContent(**fields)
-    content.reasoning_effort = ReasoningEffort(effort.capitalize()) if effort is not None else None
-    if python_tool:
-        content = content.with_python_tool()
-    return LibraryMessage.from_role_and_content(Role.SYSTEM, content)
-
-
-def library_developer(instructions: str | None, tools: tuple[ToolSpec, ...]) -> LibraryMessage:
-    content = DeveloperContent.new()
-    if instructions is not None:
-        content = content.with_instructions(instructions)
-    if tools:
-        content = content.with_function_tools([ToolDescription.new(t.name, t.description, t.parameters) for t in tools])
-    return LibraryMessage.from_role_and_content(Role.DEVELOPER, content)
 
 
 # --- tools of every JSON-schema shape -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from nemotron_assets.normalize.base import NormalizedRow
 from nemotron_assets.normalize.canonical import assistant
 from nemotron_assets.normalize.families import normalize_row
 from nemotron_assets.normalize.record import COLUMNS, INVALID_FLAGS, has_placeholder_prompt, to_record
-from nemotron_assets_tests.formats.test_harmony import library_developer, library_system
+from nemotron_assets_tests.harmony_reference import library_developer, library_system
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -84,6 +84,19 @@ def trained_bpe(bos_template: bool = False, corpus: list[str] | None = None, voc
     return tokenizer
 
 
+def small_tokenizer(folder) -> str:
+    """A byte-level BPE trained here (loads in milliseconds), saved as a tokenizer.json."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(["hello world, the assistant answers the user"] * 20, trainer)
+    path = folder / "tokenizer.json"
+    tokenizer.save(str(path))
+    return str(path)
+
+
 def bert_like() -> Tokenizer:
     """WordPiece whose post-processor wraps every text in [CLS] ... [SEP], as BERT's does."""
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "world": 5, "##s": 6}

@@ -28,7 +28,7 @@ from nemotron_assets.defs.sources.manifest import build_manifest
 from nemotron_assets.formats.megatron import DType, dtype_for_vocab
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, assemble_documents, load_tokenizer
-from nemotron_assets.tokenize.encoders import FastokensEncoder, HFEncoder, choose_encoder
+from nemotron_assets.tokenize.encoders import FastokensEncoder, HFEncoder, choose_encoder, parse_tokenizer
 from nemotron_assets.tokenize.loading import locate_tokenizer
 from nemotron_assets_tests.hub_cache import add_repo, use_hub_cache
 from nemotron_assets_tests.shards import build_one_shard
@@ -328,20 +328,20 @@ def corrupt_fastokens(monkeypatch, only_without_template: bool = False) -> None:
 
 def test_choose_encoder_falls_back_to_hf_when_fastokens_disagrees(monkeypatch):
     bpe = trained_bpe()
-    fast, reason = choose_encoder(bpe, bpe.to_str(), "auto")
+    fast, reason = choose_encoder(parse_tokenizer(bpe.to_str(), "tokenizer.json", with_fast=True), "auto")
     assert isinstance(fast, FastokensEncoder)
     corrupt_fastokens(monkeypatch)
-    encoder, reason = choose_encoder(bpe, bpe.to_str(), "auto")
+    encoder, reason = choose_encoder(parse_tokenizer(bpe.to_str(), "tokenizer.json", with_fast=True), "auto")
     assert isinstance(encoder, HFEncoder)
     assert "fastokens differs from hf-tokenizers on probe text" in reason and reason.endswith("using hf-tokenizers")
     with pytest.raises(ValueError, match="fastokens differs"):
-        choose_encoder(bpe, bpe.to_str(), "fastokens")
+        choose_encoder(parse_tokenizer(bpe.to_str(), "tokenizer.json", with_fast=True), "fastokens")
 
 
 def test_choose_encoder_also_checks_encoding_without_the_template(monkeypatch):
     bpe = trained_bpe(bos_template=True)
     corrupt_fastokens(monkeypatch, only_without_template=True)  # right with the template, wrong without
-    encoder, reason = choose_encoder(bpe, bpe.to_str(), "auto")
+    encoder, reason = choose_encoder(parse_tokenizer(bpe.to_str(), "tokenizer.json", with_fast=True), "auto")
     assert isinstance(encoder, HFEncoder)
     assert reason.startswith("fastokens differs from hf-tokenizers on probe text")
 
@@ -496,8 +496,8 @@ def test_fastokens_threads_per_call_default_to_one_and_a_users_setting_is_kept(m
     the user's environment already chose (``FASTOKENS_BPE_THREADS``, read by fastokens at its first encode)."""
     text = LLAMA_JSON.read_text(encoding="utf-8")
     monkeypatch.delenv("FASTOKENS_BPE_THREADS", raising=False)
-    FastokensEncoder(text)
+    parse_tokenizer(text, str(LLAMA_JSON), with_fast=True)
     assert os.environ["FASTOKENS_BPE_THREADS"] == "1"
     monkeypatch.setenv("FASTOKENS_BPE_THREADS", "3")
-    FastokensEncoder(text)
+    parse_tokenizer(text, str(LLAMA_JSON), with_fast=True)
     assert os.environ["FASTOKENS_BPE_THREADS"] == "3"

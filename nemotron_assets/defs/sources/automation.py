@@ -1,33 +1,22 @@
 """Sensor ``<blend>__new_source_files``: re-plan a dataset when its source files change.
 
 It lists every dataset's source (a local file, folder or glob, or an ``s3://`` prefix, through
-``sources/discovery.resolve_files``; ``hf://`` sources are pinned by revision and not watched) and requests a
+``sources/discovery.listing_hash``; ``hf://`` sources are pinned by revision and not watched) and requests a
 ``<blend>/source_split`` run for each dataset whose listing changed. The cursor holds one short hash per dataset of
 its (path, size, fingerprint) list, so it stays small whatever the number of files. The fingerprint is the ETag on
 S3 and the modification time on local disk (a listing never reads file contents). Re-planning registers the
 dataset's new shard partitions. It only reads listings; the runs do the work.
 """
 
-import hashlib
 import json
-import os
-from pathlib import Path
 
 import dagster as dg
 
-from nemotron_assets.core.blend import DatasetEntry
-from nemotron_assets.core.pipeline import Assets, BlendScope
-from nemotron_assets.sources.discovery import resolve_files
+from nemotron_assets.core.pipeline import Assets, BlendScope, Target
+from nemotron_assets.core.records import read_manifest
+from nemotron_assets.defs.sources.manifest import replan_reason
+from nemotron_assets.sources.discovery import listing_hash
 from nemotron_assets.sources.errors import InputError
-
-
-def listing_hash(entry: DatasetEntry, base_dir: Path) -> str:
-    """A short hash of the dataset's current file listing: changes when a file appears, goes or changes."""
-    listing = []
-    for source in resolve_files(entry, base_dir).files:
-        fingerprint = source.fingerprint or str(os.stat(source.url).st_mtime_ns)  # local: no ETag
-        listing.append([source.url, source.size, fingerprint])
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
 
 
 def new_source_files_sensor(blend_scope: BlendScope, assets: Assets) -> list[dg.SensorDefinition]:
@@ -53,3 +42,22 @@ def new_source_files_sensor(blend_scope: BlendScope, assets: Assets) -> list[dg.
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(current, sort_keys=True))
 
     return [sensor]
+
+
+def splits_not_done(target: Target) -> list[str]:
+    """The datasets the build sensor splits again: no readable manifest, a manifest that is no longer the plan
+    (manifest.py ``replan_reason``), or shard partitions that are not registered as planned (an instance that has
+    not seen this output tree)."""
+    wanted = []
+    for entry in target.blend.entries():
+        try:
+            manifest = read_manifest(target.store, target.blend.name, entry.name)
+        except (FileNotFoundError, ValueError):
+            wanted.append(entry.name)
+            continue
+        registered = [key for key in target.registered(target.scope.dynamic_name(f"{entry.kind}_shards"))
+                      if key.startswith(f"{entry.name}/")]
+        if (len(registered) != len(manifest.shards)
+                or replan_reason(target.blend, entry, target.blend_file.parent, manifest) is not None):
+            wanted.append(entry.name)
+    return wanted

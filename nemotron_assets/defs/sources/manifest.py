@@ -50,14 +50,39 @@ def build_manifest(blend: Blend, entry: DatasetEntry, base_dir: Path, max_rows: 
     if sum(f.rows for f in files) == 0:
         raise InputError(f"empty dataset: {len(files)} file(s) at {entry.path} hold no rows", dataset=entry.name,
                          field="path")
+    return plan_manifest(blend, entry, resolution.revision, files, max_rows, skipped)
+
+
+def plan_manifest(blend: Blend, entry: DatasetEntry, revision: str | None, files: list[SourceFile],
+                  max_rows: int | None, skipped: list[str]) -> SourceManifest:
+    """The manifest of measured ``files``: the blend's settings cut their rows into shards."""
     rows = _limit_rows([f.rows for f in files], max_rows)
     sizes = [f.size * r // f.rows if f.rows else 0 for f, r in zip(files, rows)]
     count = blend.shard_count_override(entry) or shard_count_for(sum(sizes), sum(rows), blend.shard_size_bytes)
     return SourceManifest(
         blend=blend.name, dataset=entry.name, split=blend.split_of(entry.name), path=entry.path,
-        revision=resolution.revision, text_field=entry.text_field, files=files,
+        revision=revision, text_field=entry.text_field, files=files,
         shards=plan_shards(sizes, rows, count), max_rows=max_rows, skipped_empty_files=skipped,
     )
+
+
+def replan_reason(blend: Blend, entry: DatasetEntry, base_dir: Path, manifest: SourceManifest) -> str | None:
+    """Why a full build's manifest is no longer the plan the blend and the files make now, or None.
+
+    The files are listed again (never read): a file that appeared, went, or changed size (or ETag, on S3) means
+    the dataset must be measured again. A local file rewritten to the same size is not seen here. Then the
+    measurements in the manifest are planned again with the blend's settings as they are now (``shard_size``,
+    ``num_shards``, ``split``, ``text_field``, ...). ``hf://`` sources are pinned by revision and not listed."""
+    if not entry.path.startswith("hf://"):
+        listed = [(f.url, f.size, f.fingerprint) for f in resolve_files(entry, base_dir).files]
+        measured = [(f.url, f.size, f.fingerprint if fingerprint else "")
+                    for f, (_, _, fingerprint) in zip(manifest.files, listed)]
+        if len(listed) != len(manifest.files) or measured != listed:
+            return "its source files changed"
+    planned = plan_manifest(blend, entry, manifest.revision, manifest.files, None, manifest.skipped_empty_files)
+    if planned.to_bytes() != manifest.to_bytes():
+        return "the blend's settings plan it otherwise"
+    return None
 
 
 def _limit_rows(rows: list[int], max_rows: int | None) -> list[int]:
