@@ -31,11 +31,11 @@ demo: setup
 
 # Quick start 2: set up, install Debian's chromium and PostgreSQL when missing (apt-get: root, or sudo without a
 # password), lint, and run the whole test suite on two workers (pytest-xdist: each test has its own temp folders,
-# instance and ports, so two run side by side).
+# instance and ports, so two run side by side; a worker that runs out of tests takes some of the other's).
 test: setup
 	bash .ci/install_system_deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 ui: setup
 	$(BIN)/dagster dev -w workspace.yaml

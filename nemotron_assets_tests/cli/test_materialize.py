@@ -42,22 +42,6 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
     assert "wiki/shard_00001: up to date" in again.stderr
 
 
-def test_a_runs_shards_built_in_forked_processes_are_the_bytes_built_in_one_process(cli_env, tmp_path):
-    """By default a shard run builds its shards at the same time, in processes forked from its step (core/step.py);
-    ``--build-processes 1`` builds them one after the other in the step. Same shard files either way."""
-    files, logs = {}, {}
-    for way, extra in (("forked", []), ("step", ["--build-processes", "1"])):
-        env = dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / way))
-        done = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split,pretrain_shard",
-                     *extra], env)
-        assert done.returncode == 0, done.stderr[-3000:]
-        logs[way] = done.stderr
-        shards = sorted((tmp_path / way / "sample" / "pretrain").rglob("shard_*.*"))
-        files[way] = {str(p.relative_to(tmp_path / way)): p.read_bytes() for p in shards if p.suffix != ".json"}
-    assert files["forked"] == files["step"] and len(files["forked"]) >= 10
-    assert "shard(s) in 2 processes" in logs["forked"] and "processes" not in logs["step"]
-
-
 def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
     done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
                  "--select", "sample/source_split", "--partition", "code"], cli_env)

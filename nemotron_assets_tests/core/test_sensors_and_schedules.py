@@ -335,3 +335,17 @@ def test_build_sensor_waits_for_the_blends_runs_and_asks_for_a_failed_run_once(s
         [broken.megatron_blend.key]))
     requests, skipped = _build_tick(defs, instance, "broken__build")
     assert requests == [] and skipped == "waiting for 1 run(s) of broken to end"
+
+
+def test_a_nightly_run_builds_its_range_of_shards_at_the_same_time(sample_blends, tmp_path, instance):
+    defs = _definitions(sample_blends, tmp_path)
+    root = str(tmp_path / "data")
+    _, sample = pipeline_for(sample_blends / "sample.yaml")
+    run_asset(sample, sample.source_split, root, instance, DATASETS)
+    repository = defs.get_repository_def()
+    with dg.build_schedule_context(instance=instance, repository_def=repository, resources=defs.resources) as context:
+        result = repository.get_schedule_def(SCHEDULE).evaluate_tick(context)
+    requests = [("pretrain_shard", r.tags["dagster/asset_partition_range_start"],
+                 r.tags["dagster/asset_partition_range_end"], r.run_key) for r in result.run_requests]
+    lines = _run_requested(sample, root, instance, requests)  # as the daemon launches them: asset + range tags
+    assert any(line.startswith("building 7 shard(s) in 2 processes") for line in lines), lines

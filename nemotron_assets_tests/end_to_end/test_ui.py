@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,9 +93,17 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             assert deps == {"sample/source_split": [], "sample/pretrain_shard": ["sample/source_split"],
                             "sample/megatron_blend": ["sample/pretrain_shard"]}, deps
 
-            # 2. Materialize one partition from the asset page: Materialize… -> pick the partition -> launch.
+            # 2. A backfill of one dataset's three shards, as the UI's "Launch backfill" sends it: one run (the shard
+            # assets have a single-run backfill policy), which builds the three at the same time in its step.
+            wiki = [f"wiki/shard_{i:05d}" for i in range(3)]
+            backfill = ui.launch_backfill(["sample", "pretrain_shard"], wiki)
+            assert ui.wait_for_backfill(backfill) == "COMPLETED_SUCCESS", ui.log_tails()
+            runs = ui.runs(("dagster/backfill", backfill))
+            assert len(runs) == 1 and runs[0]["status"] == "SUCCESS", runs
+            assert "building 3 shard(s) in 2 processes, 1 core(s) each" in ui.run_messages(runs[0]["runId"])
+
+            # 3. Materialize one partition from the asset page: Materialize… -> pick the partition -> launch.
             page.goto(f"{ui.url}/assets/sample/pretrain_shard")
-            expect(page.get_by_text("Never materialized")).to_be_visible()
             page.get_by_role("button", name="Materialize…").click()
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_text("Launch runs to materialize sample / pretrain_shard")).to_be_visible()
@@ -109,7 +118,7 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             page.screenshot(path=artifacts / "02-launch-dialog.png")
             launch.click()
 
-            # 3. Follow the toast to the run page and wait for the run to succeed.
+            # 4. Follow the toast to the run page and wait for the run to succeed.
             toast = page.get_by_role("listitem").filter(has_text=re.compile(r"Launched run [0-9a-f]{8}"))
             expect(toast).to_be_visible()
             toast.get_by_role("link", name="View", exact=True).click()
@@ -121,7 +130,7 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             expect(page.get_by_text(PARTITION).first).to_be_visible()
             page.screenshot(path=artifacts / "03-run-succeeded.png")
 
-            # 4. The partition's latest materialization and its metadata: counts and the token histogram.
+            # 5. The partition's latest materialization and its metadata: counts and the token histogram.
             page.goto(f"{ui.url}/assets/sample/pretrain_shard")
             page.get_by_role("tab", name="Partitions").click()
             page.get_by_text(PARTITION, exact=True).first.click()
@@ -149,21 +158,41 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             value_cell("token_histogram").scroll_into_view_if_needed()
             page.screenshot(path=artifacts / "05-token-histogram.png")
 
-            # 5. After the demo's command (the whole blend through the CLI), the graph shows every shard built and
-            # the shard checks passed for them: each shard's checks ran in its step, on that partition.
-            demo = subprocess.run([sys.executable, "-m", "nemotron_assets", "materialize", "sample"], env=ui_env,
-                                  cwd=REPO, capture_output=True, text=True, timeout=300)
-            assert demo.returncode == 0, demo.stderr[-3000:]
+            # 6. One switch builds the rest: the blend's build sensor, turned on in the Automation page, requests
+            # the shards not built yet (in ranges, each run building its shards at the same time), then the blend
+            # files. Afterwards the graph shows every shard built and its checks passed, each in its own step.
+            page.goto(f"{ui.url}/automation")
+            row = page.locator("[data-index]").filter(has=page.locator('a[href$="/sensors/sample__build"]'))
+            expect(row).to_have_count(1)
+            toggle = row.locator("label").filter(has=page.locator("#handle"))  # the on/off switch, drawn in SVG
+            expect(toggle).to_have_count(1)
+            switch = toggle.locator("input")
+            expect(switch).not_to_be_checked()
+            toggle.click()
+            expect(switch).to_be_checked()
+            page.screenshot(path=artifacts / "06-build-sensor-on.png")
+            receipt = data / "pretrain" / "blend.receipt.json"
+            deadline = time.monotonic() + 180
+            while not receipt.exists():
+                assert time.monotonic() < deadline, f"the build sensor did not build the blend\n{ui.log_tails()}"
+                time.sleep(1)
+            sensor_runs = ui.runs(("dagster/sensor_name", "sample__build"))
+            assert {"/".join(r["assetSelection"][0]["path"]) for r in sensor_runs} == {
+                "sample/pretrain_shard", "sample/megatron_blend"}, sensor_runs
+            assert any(any(m.startswith("building 2 shard(s) in 2 processes") for m in ui.run_messages(r["runId"]))
+                       for r in sensor_runs if r["assetSelection"][0]["path"][-1] == "pretrain_shard")
+            for run in sensor_runs:
+                assert ui.wait_for_run(run["runId"]) == "SUCCESS"
             page.goto(f"{ui.url}/locations/{LOCATION}/asset-groups/sample")
             shard_node = page.locator("foreignObject").filter(has=page.get_by_text("pretrain_shard", exact=True))
             expect(shard_node).to_contain_text("3 / 3 Passed")
             expect(shard_node).to_contain_text("100% filled")
-            page.screenshot(path=artifacts / "06-checks-passed.png")
+            page.screenshot(path=artifacts / "07-checks-passed.png")
             page.goto(f"{ui.url}/assets/sample/pretrain_shard?view=checks")
             for check in ("bin_idx_consistent", "counts_match_metadata", "token_ids_below_vocab"):
                 expect(page.get_by_text(check, exact=True).first).to_be_visible()
             expect(page.get_by_text("Succeeded", exact=True)).to_have_count(3)  # each check's latest execution
-            page.screenshot(path=artifacts / "07-checks-tab.png")
+            page.screenshot(path=artifacts / "08-checks-tab.png")
         except Exception:
             page.screenshot(path=artifacts / "failure.png")
             (artifacts / "failure.html").write_text(page.content())

@@ -58,6 +58,42 @@ class DagsterUI:
                 raise AssertionError(f"run {run_id} still {status} after {timeout:.0f} s")
             time.sleep(0.5)
 
+    def launch_backfill(self, asset: list[str], partitions: list[str]) -> str:
+        """What the UI's "Launch backfill" sends for these partitions of one asset; the backfill's id."""
+        data = self.graphql("""mutation($params: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams:
+            $params) { __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+                            {"params": {"assetSelection": [{"path": asset}], "partitionNames": partitions}})
+        result = data["launchPartitionBackfill"]
+        if "backfillId" not in result:
+            raise AssertionError(f"backfill not launched: {result}")
+        return result["backfillId"]
+
+    def wait_for_backfill(self, backfill_id: str, timeout: float = 180) -> str:
+        """Poll the backfill until it ends; its final status (COMPLETED_SUCCESS, COMPLETED_FAILED, ...)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.graphql("query($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on "
+                                  "PartitionBackfill { status } } }", {"id": backfill_id})[
+                "partitionBackfillOrError"]["status"]
+            if status not in ("REQUESTED", "CANCELING"):
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"backfill {backfill_id} still {status} after {timeout:.0f} s\n{self.log_tails()}")
+            time.sleep(1)
+
+    def runs(self, tag: tuple[str, str] | None = None) -> list[dict]:
+        """Every run (or those with one tag): id, status, asset selection."""
+        filters = {"tags": [{"key": tag[0], "value": tag[1]}]} if tag else {}
+        data = self.graphql("""query($filter: RunsFilter) { runsOrError(filter: $filter) { ... on Runs { results {
+            runId status assetSelection { path } } } } }""", {"filter": filters})
+        return data["runsOrError"]["results"]
+
+    def run_messages(self, run_id: str) -> list[str]:
+        """The messages a run's steps logged (its event log, as the run page shows it)."""
+        data = self.graphql("""query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events {
+            ... on MessageEvent { message } } } } }""", {"id": run_id})
+        return [event.get("message", "") for event in data["logsForRun"]["events"]]
+
     def log_tails(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {name} ---\n{path.read_text(errors='replace')[-chars:]}"
                          for name, path in self.logs.items() if path.exists())

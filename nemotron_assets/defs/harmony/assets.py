@@ -38,6 +38,7 @@ from nemotron_assets.defs.harmony.downstream import (
     materialize_pool,
     materialize_report,
     materialize_views,
+    pool_inputs_once,
 )
 from nemotron_assets.defs.harmony.layout import harmony_shard_path, harmony_shard_prefix, pool_dir
 from nemotron_assets.defs.harmony.lineage import log_harmony_shards, log_pools
@@ -164,12 +165,14 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
                        lineage: WandbLineage):
         store = storage.get()
         built: list[tuple[str, dict]] = []
+        inputs_of = {}  # base -> what the pools read there, judged once in this run
 
         def build(partition: str) -> dict:
             sample, pool = scope.split(partition)
             base = scope.base(sample)
+            inputs_of.setdefault(base, pool_inputs_once(store, curation, base))
             outcome = materialize_pool(store, curation, base, pool, config.thresholds(), config.force,
-                                       context.log.info)
+                                       context.log.info, inputs_of[base])
             register_pool_parts(context.instance, store, scored, scope, sample, pool)
             stats = outcome.receipt.stats
             context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} rows")
@@ -201,10 +204,14 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     )
     def embedding_view(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
+        inputs_of = {}  # base -> what the pools read there, judged once in this run
 
         def build(partition: str) -> dict:
             sample, pool = scope.split(partition)
-            outcomes = materialize_views(store, curation, scope.base(sample), pool, config.force, context.log.info)
+            base = scope.base(sample)
+            inputs_of.setdefault(base, pool_inputs_once(store, curation, base))
+            outcomes = materialize_views(store, curation, base, pool, config.force, context.log.info,
+                                         inputs_of[base])
             return {"status": dg.MetadataValue.text(outcomes[0].status),
                     "rows": dg.MetadataValue.int(outcomes[0].receipt.stats["rows"])}
 

@@ -15,6 +15,8 @@ across_datasets`` a row also repeats a row of any dataset listed before it in th
 order, then shard and row order).
 """
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -149,8 +151,19 @@ def pool_inputs(store: Storage, curation: Curation, base: str, thresholds: PoolT
     return {"format": POOL_FORMAT, "thresholds": asdict(thresholds), "datasets": datasets}
 
 
+#: A step that judges several pools gives its steps one ``pool_inputs`` it computes once per thresholds (every pool
+#: reads the same datasets, and judging them reads every shard's receipt: on S3, a GET each).
+PoolInputs = Callable[[PoolThresholds], dict]
+
+
+def pool_inputs_once(store: Storage, curation: Curation, base: str) -> PoolInputs:
+    """``pool_inputs`` under ``base``, computed once per thresholds by what it returns (for one step or one report:
+    outputs that change meanwhile are not seen)."""
+    return functools.cache(functools.partial(pool_inputs, store, curation, base))
+
+
 def materialize_pool(store: Storage, curation: Curation, base: str, pool: str, thresholds: PoolThresholds,
-                     force: bool = False, log=print) -> Outcome:
+                     force: bool = False, log=print, inputs_of: PoolInputs | None = None) -> Outcome:
     if pool not in POOL_NAMES:
         raise KeyError(f"unknown pool {pool!r}")
 
@@ -160,19 +173,20 @@ def materialize_pool(store: Storage, curation: Curation, base: str, pool: str, t
                       {"rows": manifest["rows"], "rows_by_dataset": manifest["rows_by_dataset"]})
 
     prefix = prefix_of(pool_path(base, pool))
-    inputs = pool_inputs(store, curation, base, thresholds)
+    inputs = (inputs_of or (lambda t: pool_inputs(store, curation, base, t)))(thresholds)
     return build_output(store, Output(prefix, inputs, POOL_FORMAT, prefix), build, force, log)
 
 
 # --- views and the report ----------------------------------------------------------------------------------------
-def view_inputs(store: Storage, curation: Curation, base: str, pool: str) -> dict:
+def view_inputs(store: Storage, curation: Curation, base: str, pool: str, inputs_of: PoolInputs | None = None) -> dict:
     """The views read every part of the pool (views.py ``stage_views``): part 0 under ``pool``, any further part
     under ``more_pool_parts`` (absent for a one-part pool, so its views' inputs read as they always have)."""
+    inputs_of = inputs_of or (lambda thresholds: pool_inputs(store, curation, base, thresholds))
     versions = {}
     for part in pool_part_numbers(store, base, pool) or [0]:
-        receipt = current_receipt(store, prefix_of(pool_part_path(base, pool, part)), lambda built: pool_inputs(
-            store, curation, base, PoolThresholds(**built.inputs["thresholds"])), f"pool {pool!r} part {part}",
-            f"{curation.blend}/candidate_pool partition {pool!r}")
+        receipt = current_receipt(store, prefix_of(pool_part_path(base, pool, part)),
+                                  lambda built: inputs_of(PoolThresholds(**built.inputs["thresholds"])),
+                                  f"pool {pool!r} part {part}", f"{curation.blend}/candidate_pool partition {pool!r}")
         versions[f"part-{part:05d}"] = _file_versions(receipt)[".parquet"]
     first, *more = versions.items()
     inputs = {"format": VIEW_FORMAT, "pool": first[1]}
@@ -180,9 +194,9 @@ def view_inputs(store: Storage, curation: Curation, base: str, pool: str) -> dic
 
 
 def materialize_views(store: Storage, curation: Curation, base: str, pool: str, force: bool = False,
-                      log=print) -> list[Outcome]:
+                      log=print, inputs_of: PoolInputs | None = None) -> list[Outcome]:
     """Every view of one pool, built together (they read the pool once); one receipt per view file."""
-    inputs = view_inputs(store, curation, base, pool)
+    inputs = view_inputs(store, curation, base, pool, inputs_of)
     outputs = [Output(prefix_of(embedding_view_path(base, view, pool)), inputs, VIEW_FORMAT,
                       prefix_of(embedding_view_path(base, view, pool))) for view in VIEWS]
 
@@ -194,11 +208,13 @@ def materialize_views(store: Storage, curation: Curation, base: str, pool: str, 
     return build_outputs(store, outputs, build, force, log)
 
 
-def report_inputs(store: Storage, curation: Curation, base: str) -> dict:
+def report_inputs(store: Storage, curation: Curation, base: str, inputs_of: PoolInputs | None = None) -> dict:
+    inputs_of = inputs_of or pool_inputs_once(store, curation, base)
     versions = {}
     for pool in POOL_NAMES:
         prefix = prefix_of(embedding_view_path(base, "behavior", pool))
-        receipt = current_receipt(store, prefix, lambda _, pool=pool: view_inputs(store, curation, base, pool),
+        receipt = current_receipt(store, prefix,
+                                  lambda _, pool=pool: view_inputs(store, curation, base, pool, inputs_of),
                                   f"the behavior view of {pool!r}",
                                   f"{curation.blend}/embedding_view partition {pool!r}")
         versions[pool] = _file_versions(receipt)[".parquet"]
@@ -227,6 +243,7 @@ def downstream_states(store: Storage, curation: Curation, base: str, read_conten
     missing. Pool thresholds are run config, not blend settings: a pool is judged with the thresholds it was built
     with (a run with other thresholds rebuilds it)."""
     states = []
+    pools_read = pool_inputs_once(store, curation, base)
 
     def add(asset: str, key: str, relative: str, inputs_of) -> None:
         prefix = prefix_of(relative)
@@ -239,11 +256,10 @@ def downstream_states(store: Storage, curation: Curation, base: str, read_conten
     for pool in POOL_NAMES:
         built = read_receipt(store, prefix_of(pool_path(base, pool)))
         thresholds = PoolThresholds(**built.inputs["thresholds"]) if built else PoolThresholds()
-        add("candidate_pool", pool, pool_path(base, pool),
-            lambda thresholds=thresholds: pool_inputs(store, curation, base, thresholds))
+        add("candidate_pool", pool, pool_path(base, pool), lambda thresholds=thresholds: pools_read(thresholds))
     for pool in POOL_NAMES:
         for view in VIEWS:
             add("embedding_view", f"{view}/{pool}", embedding_view_path(base, view, pool),
-                lambda pool=pool: view_inputs(store, curation, base, pool))
-    add("behavior_report", "", behavior_report_path(base), lambda: report_inputs(store, curation, base))
+                lambda pool=pool: view_inputs(store, curation, base, pool, pools_read))
+    add("behavior_report", "", behavior_report_path(base), lambda: report_inputs(store, curation, base, pools_read))
     return states
