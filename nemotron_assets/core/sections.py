@@ -39,7 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nemotron_assets.formats.packing import ALGORITHMS, DEFAULT_PACK_SIZE, DEFAULT_PACK_WINDOW
+from nemotron_assets.formats.packing import ALGORITHMS, DEFAULT_PACK_SIZE, DEFAULT_PACK_WINDOW, check_sizes
 from nemotron_assets.formats.splits import Holdout
 
 #: The candidate pools (defs/harmony/pools.py holds their predicates), in their fixed order: the partition keys of
@@ -86,10 +86,10 @@ class SftSettings(BaseModel):
     chat_template: str = Field(description="harmony, chatml, or a .jinja file (absolute, or relative to the blend).")
     tokenizer_model: str | None = Field(None, description="Default: o200k_harmony for harmony, else the blend's.")
     tokenizer_revision: str | None = Field(None, description="Hub revision for a hub-id tokenizer.")
-    pack_size: int = Field(DEFAULT_PACK_SIZE, ge=2, description="Positions per bin: sum(len - 1) <= pack_size.")
+    pack_size: int = Field(DEFAULT_PACK_SIZE, description="Positions per bin: sum(len - 1) <= pack_size.")
     packing: Literal[ALGORITHMS] = Field("first_fit_shuffle", description="Bin packing algorithm.")  # type: ignore[valid-type]
-    pack_window: int = Field(DEFAULT_PACK_WINDOW, ge=1, description="Samples packed together; bounds memory.")
-    pad_to_multiple: int = Field(1, ge=1, description="Megatron-Bridge's pad_seq_to_mult (context parallelism).")
+    pack_window: int = Field(DEFAULT_PACK_WINDOW, description="Samples packed together; bounds memory.")
+    pad_to_multiple: int = Field(1, description="Megatron-Bridge's pad_seq_to_mult (context parallelism).")
     overlong: Literal["drop", "truncate"] = Field("drop", description="Samples longer than pack_size + 1 tokens.")
     from_: Literal["all"] | list[str] = Field("all", alias="from", description="all, or a list of pools.")
     used_in: str | list[str] | None = Field(None, description="Keep rows whose used_in lists one of these.")
@@ -121,9 +121,8 @@ class SftSettings(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _pad_fits(self) -> "SftSettings":
-        if self.pad_to_multiple > self.pack_size:
-            raise ValueError(f"pad_to_multiple ({self.pad_to_multiple}) exceeds pack_size ({self.pack_size})")
+    def _sizes(self) -> "SftSettings":
+        check_sizes(self.pack_size, self.pack_window, self.pad_to_multiple)  # the rule PackSettings applies too
         return self
 
     @property

@@ -285,14 +285,6 @@ def write_laid_out_shard(bins: LaidOutBins, members: pa.Table, packed_path: Path
         return writer.close()
 
 
-def write_packed_shard(bins: Iterable[PackedBin], packed_path: Path, samples_path: Path) -> ShardFiles:
-    """Write every bin of one shard (see `PackedShardWriter`)."""
-    with PackedShardWriter(packed_path, samples_path) as writer:
-        for packed in bins:
-            writer.write(packed)
-        return writer.close()
-
-
 def _column_rows(column: pa.ChunkedArray, dtype: str) -> Iterator[np.ndarray]:
     for chunk in column.chunks:
         offsets = chunk.offsets.to_numpy()

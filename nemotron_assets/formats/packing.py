@@ -51,7 +51,7 @@ parts of the asset checks.
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -91,6 +91,21 @@ class PackSample:
     checked: bool = False
 
 
+#: The smallest bin: a sample of ``L`` tokens takes ``L - 1`` positions, and one that trains a token has ``L >= 2``.
+MIN_PACK_SIZE = 2
+
+
+def check_sizes(pack_size: int, pack_window: int, pad_to_multiple: int) -> None:
+    """The one validation of the packing sizes, for the blend's ``sft:`` section and for `PackSettings`: a
+    ``ValueError`` naming the setting."""
+    for name, value, least in (("pack_size", pack_size, MIN_PACK_SIZE), ("pack_window", pack_window, 1),
+                               ("pad_to_multiple", pad_to_multiple, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"sft.{name} must be an integer >= {least}, got {value!r}")
+    if pad_to_multiple > pack_size:
+        raise ValueError(f"sft.pad_to_multiple ({pad_to_multiple}) exceeds sft.pack_size ({pack_size})")
+
+
 @dataclass(frozen=True)
 class PackSettings:
     """The blend's ``sft:`` packing keys (see the module docstring for each rule)."""
@@ -108,12 +123,7 @@ class PackSettings:
             raise ValueError(f"sft.packing must be one of {', '.join(ALGORITHMS)}, got {self.packing!r}")
         if self.overlong not in ("drop", "truncate"):
             raise ValueError(f"sft.overlong must be 'drop' or 'truncate', got {self.overlong!r}")
-        for name in ("pack_size", "pack_window", "pad_to_multiple"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"sft.{name} must be a positive integer, got {value!r}")
-        if self.pad_to_multiple > self.pack_size:
-            raise ValueError(f"sft.pad_to_multiple ({self.pad_to_multiple}) exceeds sft.pack_size ({self.pack_size})")
+        check_sizes(self.pack_size, self.pack_window, self.pad_to_multiple)
         if self.pad_to_multiple > 1 and self.pad_id is None:
             raise ValueError("sft.pad_to_multiple > 1 needs the pad id (the tokenizer's EOS id)")
 
@@ -479,35 +489,6 @@ def lay_out_bins(input_ids: np.ndarray, assistant_mask: np.ndarray, lengths: np.
                          "mask values")
     return LaidOutBins(np.asarray(input_ids, dtype=np.int32), shift_end_to_end(assistant_mask, sample_bounds[1:]),
                        sample_bounds, bin_bounds)
-
-
-def pack_samples(samples: Iterable[PackSample], settings: PackSettings, stats: PackStats | None = None,
-                 truncate: Truncate | None = None, first_window: int = 0) -> Iterator[PackedBin]:
-    """Stream bins out of samples, one window of ``pack_window`` offered samples at a time (module docstring)."""
-    stats = PackStats(pack_size=settings.pack_size) if stats is None else stats
-    if stats.pack_size != settings.pack_size:
-        raise ValueError(f"stats are for pack_size {stats.pack_size}, settings say {settings.pack_size}")
-    window, offered, window_index = [], 0, first_window
-    for sample in samples:
-        ready = prepare_sample(sample, settings, stats, truncate)
-        offered += 1
-        if ready is not None:
-            window.append(ready)
-        if offered == settings.pack_window:
-            yield from _pack_window(window, settings, stats, window_index)
-            window, offered, window_index = [], 0, window_index + 1
-    if window:
-        yield from _pack_window(window, settings, stats, window_index)
-
-
-def _pack_window(window: list[PreparedSample], settings: PackSettings, stats: PackStats,
-                 index: int) -> Iterator[PackedBin]:
-    plan = plan_bins([len(ready.input_ids) - 1 for ready in window], settings, index)
-    for members in plan:
-        chosen = [window[i] for i in members]
-        packed = build_bin(chosen)
-        stats.count_bin(packed, (ready.sample.license for ready in chosen))
-        yield packed
 
 
 # --- pure checks (the asset checks call these) -----------------------------------------------------------------------

@@ -25,17 +25,10 @@ from nemotron_assets.formats.packed_sft import (
     sft_manifest,
     stored_samples,
     write_packed_npy,
-    write_packed_shard,
 )
-from nemotron_assets.formats.packing import (
-    PackSample,
-    PackSettings,
-    PackStats,
-    compare_samples,
-    pack_samples,
-    planned_digest,
-)
+from nemotron_assets.formats.packing import PackSample, PackSettings, PackStats, compare_samples, planned_digest
 from nemotron_assets_tests.bridge_reader import load_like_bridge
+from nemotron_assets_tests.formats.packing_stream import pack_samples, write_packed_shard
 
 
 def make_samples(n: int, seed: int = 0, max_len: int = 300) -> list[PackSample]:

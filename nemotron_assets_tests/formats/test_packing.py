@@ -1,6 +1,8 @@
 """Packing (nemotron_assets/formats/packing.py): property tests of the three algorithms against naive reference
 packers written here, hand-worked bins (mask shift, padding, capacity), over-long handling, windows and checks."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,7 +18,6 @@ from nemotron_assets.formats.packing import (
     bin_problems,
     compare_samples,
     masked_role_problems,
-    pack_samples,
     plan_bins,
     planned_digest,
     sample_digest,
@@ -24,6 +25,7 @@ from nemotron_assets.formats.packing import (
     unpack_bin,
     unshift_mask,
 )
+from nemotron_assets_tests.formats.packing_stream import pack_samples
 
 MASK64 = (1 << 64) - 1
 
@@ -140,6 +142,23 @@ def test_lengths_outside_one_to_pack_size_are_refused():
     with pytest.raises(ValueError, match=r"\[1, 10\]"):
         plan_bins([0, 3], PackSettings(pack_size=10))
 
+
+
+@pytest.mark.parametrize("sizes, message", [
+    ({"pack_size": 1}, "sft.pack_size must be an integer >= 2, got 1"),
+    ({"pack_window": 0}, "sft.pack_window must be an integer >= 1, got 0"),
+    ({"pad_to_multiple": 0}, "sft.pad_to_multiple must be an integer >= 1, got 0"),
+    ({"pack_size": 8, "pad_to_multiple": 16}, "sft.pad_to_multiple (16) exceeds sft.pack_size (8)"),
+])
+def test_the_blend_section_and_pack_settings_apply_one_size_rule(sizes, message):
+    from pydantic import ValidationError
+
+    from nemotron_assets.core.sections import SftSettings
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PackSettings(**sizes, pad_id=0)
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        SftSettings(chat_template="chatml", **sizes)
 
 # --- bins, worked by hand --------------------------------------------------------------------------------------------
 

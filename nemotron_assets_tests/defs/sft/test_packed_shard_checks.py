@@ -8,8 +8,8 @@ import pytest
 
 from nemotron_assets.defs.sft import pack_checks
 from nemotron_assets.defs.sft.pack_step import SAMPLE_SCHEMA, ShardSamples
-from nemotron_assets.formats.packed_sft import write_packed_shard
 from nemotron_assets.formats.packing import PackSettings, PackStats, build_bin, plan_bins, prepare_sample
+from nemotron_assets_tests.formats.packing_stream import write_packed_shard
 
 FILE = "chat/shard_00000"
 #: the shard's planned samples compared at once (stored as they are), or prepared one by one (padded)
