@@ -20,7 +20,7 @@ The usual call, on a batch (one tokenizer call for all of it)::
                           #          invalid_unicode
         result.why        # one line per drop, for dropped_examples
 
-On both cores: ``pool.samples_in_processes(batches, spec, workers=2)`` (results in input order). Over-long
+On every core: the ``sft_samples`` step sends batches to processes (defs/sft/render_pool.py). Over-long
 samples: ``chat_format.truncate(ids, mask, max_tokens)`` keeps the head and ends on the template's end-of-turn
 (``chat_format.end_of_turn_ids()``), the ``truncate`` function the packer takes.
 
