@@ -129,6 +129,25 @@ def build_outputs(store: Storage, outputs: list[Output], build: Callable[[Path],
         return [commit(store, p, staged[p.output.prefix]) for p in pending]
 
 
+def adopt(store: Storage, output: Output, contents: dict[str, bytes], stats: dict) -> Outcome | None:
+    """An output written before it had a receipt (by an older version of this tool): when there is no receipt and
+    every file already holds exactly the bytes a build would write (``contents``, by name), write the receipt alone
+    and call the output up to date. None when it must be built."""
+    if store.exists(receipt_path(output.prefix)):
+        return None
+    files = {}
+    for name, data in contents.items():
+        relative = output_path(output.prefix, name)
+        digest = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if not store.exists(relative) or store.size(relative) != digest["bytes"] \
+                or store.sha256(relative) != digest["sha256"]:
+            return None
+        files[name] = digest
+    receipt = write_receipt(store, output.prefix, Receipt(kind=output.kind, key=output.key, inputs=output.inputs,
+                                                          files=files, stats=stats, extra=output.extra))
+    return Outcome(output.key, "up to date", receipt)
+
+
 def file_digest(path: Path) -> dict:
     """``{"bytes", "sha256"}`` of a local file, as a receipt records it."""
     with path.open("rb") as stream:

@@ -31,7 +31,7 @@ from nemotron_assets.core.reporting import (
     recorded_metadata,
 )
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun, Staged, build_output
+from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun, Staged, adopt, build_output
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.pretrain.blend_files import BLEND_FILES, BlendListing, blend_files_output
 from nemotron_assets.defs.pretrain.checks import CHECKS, check_shard
@@ -165,13 +165,17 @@ def write_megatron_blend(store: Storage, listing: BlendListing, settings: Pretra
     """blend.json + data_path.txt of the shards under ``base``; refuses stale shards, naming them."""
     manifests, files, output = blend_files_output(store, listing, settings, base, allow_missing)
 
-    def write(staging) -> Staged:
-        for name in BLEND_FILES:
-            (staging / name).write_bytes(files.outputs[f"{pretrain_dir(base)}/{name}"])
-        return Staged({name: staging / name for name in BLEND_FILES},
-                      {"shards": files.shards_listed, "tokens_by_split": files.tokens_by_split})
+    contents = {name: files.outputs[f"{pretrain_dir(base)}/{name}"] for name in BLEND_FILES}
+    stats = {"shards": files.shards_listed, "tokens_by_split": files.tokens_by_split}
 
-    outcome = build_output(store, output, write, force, log)
+    def write(staging) -> Staged:
+        for name, data in contents.items():
+            (staging / name).write_bytes(data)
+        return Staged({name: staging / name for name in BLEND_FILES}, stats)
+
+    # Trees written before the blend files had a receipt hold the same bytes: adopt them rather than rewrite them.
+    outcome = (None if force else adopt(store, output, contents, stats)) or build_output(store, output, write, force,
+                                                                                        log)
     data_path = files.outputs[f"{pretrain_dir(base)}/data_path.txt"].decode()
     metadata = {
         "status": dg.MetadataValue.text(outcome.status),

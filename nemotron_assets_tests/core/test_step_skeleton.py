@@ -1,0 +1,50 @@
+"""The step skeleton (nemotron_assets/core/step.py): a build commits its files then the receipt; an output an older
+version wrote without a receipt is adopted when its bytes are exactly what a build would write."""
+
+import json
+
+from nemotron_assets.core.records import read_receipt
+from nemotron_assets.core.step import Output, Staged, adopt, build_output
+from nemotron_assets.core.storage import Storage
+
+OUTPUT = Output("out/blend.receipt", {"setting": 1}, "megatron_blend", "blend")
+CONTENTS = {"blend.json": b'{"train": []}\n', "data_path.txt": b"1.0 out/a\n"}
+
+
+def write(staging):
+    for name, data in CONTENTS.items():
+        (staging / name).write_bytes(data)
+    return Staged({name: staging / name for name in CONTENTS}, {"shards": 1})
+
+
+def test_a_build_commits_the_files_and_then_the_receipt(tmp_path):
+    store = Storage(str(tmp_path))
+    outcome = build_output(store, OUTPUT, write, log=lambda line: None)
+    assert outcome.status == "built"
+    assert {name: (tmp_path / "out" / name).read_bytes() for name in CONTENTS} == CONTENTS
+    assert json.loads((tmp_path / "out/blend.receipt.json").read_text())["inputs"] == {"setting": 1}
+    assert build_output(store, OUTPUT, write, log=lambda line: None).status == "up to date"
+
+
+def test_files_written_before_receipts_existed_are_adopted_without_a_rewrite(tmp_path):
+    store = Storage(str(tmp_path))
+    (tmp_path / "out").mkdir()
+    for name, data in CONTENTS.items():
+        (tmp_path / "out" / name).write_bytes(data)
+    stamps = {name: (tmp_path / "out" / name).stat().st_mtime_ns for name in CONTENTS}
+    outcome = adopt(store, OUTPUT, CONTENTS, {"shards": 1})
+    assert outcome is not None and outcome.status == "up to date"
+    assert {name: (tmp_path / "out" / name).stat().st_mtime_ns for name in CONTENTS} == stamps
+    assert read_receipt(store, OUTPUT.prefix).files["blend.json"]["bytes"] == len(CONTENTS["blend.json"])
+    assert build_output(store, OUTPUT, write, log=lambda line: None).status == "up to date"
+
+
+def test_different_bytes_or_an_existing_receipt_are_not_adopted(tmp_path):
+    store = Storage(str(tmp_path))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/blend.json").write_bytes(b'{"TRAIN": []}\n')  # same size, other bytes
+    (tmp_path / "out/data_path.txt").write_bytes(CONTENTS["data_path.txt"])
+    assert adopt(store, OUTPUT, CONTENTS, {}) is None
+    assert not (tmp_path / "out/blend.receipt.json").exists()
+    build_output(store, OUTPUT, write, log=lambda line: None)
+    assert adopt(store, OUTPUT, CONTENTS, {}) is None  # a receipt exists: the skeleton judges it
