@@ -3,7 +3,7 @@
 ``apply_chat_template`` on the same conversations, in one invocation.
 
     .venv/bin/python bench/bench_sft_e2e.py [--input /tmp/corpus/corpus_200mb.jsonl] [--max-conversations N]
-        [--pack-size 4096] [--jobs N] [--template llama3|harmony]
+        [--pack-size 4096] [--build-processes N] [--template llama3|harmony]
 
 By default every conversation the corpus gives (142,286 from the 200 MB corpus, the measure the speed targets are
 judged on); ``--max-conversations 30000`` is a quicker run, on which the fixed costs (the tokenizer parse, five
@@ -85,7 +85,8 @@ def main() -> int:
     parser.add_argument("--max-conversations", type=int, default=None,
                         help="the first N conversations (default: all of them)")
     parser.add_argument("--pack-size", type=int, default=4096)
-    parser.add_argument("--jobs", type=int, default=None, help="the CLI's --jobs (default: the CLI's default)")
+    parser.add_argument("--build-processes", type=int, default=None,
+                        help="the CLI's --build-processes (default: one per core)")
     parser.add_argument("--template", choices=("llama3", "harmony"), default="llama3",
                         help="llama3: Llama-3 + the tagged template, against transformers; harmony: Harmony + "
                              "o200k_harmony, against openai-harmony's render_conversation_for_training")
@@ -97,7 +98,8 @@ def main() -> int:
         count = write_input(work, args)
         rendering = "Harmony + o200k_harmony" if args.template == "harmony" else f"Llama-3 + {TEMPLATE.name}"
         print(f"{count:,} conversations from {args.input}; {rendering}, pack_size {args.pack_size}")
-        extra = ["--log-level", "WARNING"] + (["--jobs", str(args.jobs)] if args.jobs else [])
+        extra = ["--log-level", "WARNING"] + (
+            ["--build-processes", str(args.build_processes)] if args.build_processes else [])
         run = run_cli(REPO, work, BLEND, extra, keep=True)
         print_run("ours: python -m nemotron_assets materialize", run)
         samples, tokens = rendered_tokens(run.data_root)
