@@ -15,14 +15,16 @@ printed last.
 
 import argparse
 import os
+import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import dagster as dg
 
 from nemotron_assets.cli import UsageError, storage
+from nemotron_assets.cli.interrupts import EXIT_STATUS, Interrupted, Interrupts
 from nemotron_assets.core import settings
 from nemotron_assets.core.blend import Blend, load_blend_folder
 from nemotron_assets.core.instance import (
@@ -73,6 +75,18 @@ def materialize(args: argparse.Namespace) -> int:
 
     cluster = settings.deployment() == "cluster"
     instance = open_instance(launching=cluster)
+    with Interrupts() as interrupts:
+        try:
+            build(args, request, instance, cluster, interrupts)
+        except (KeyboardInterrupt, Interrupted):
+            return stopped(request, started, interrupts.signalled or "SIGINT")
+    return summarize(request, instance, started)
+
+
+def build(args: argparse.Namespace, request: Request, instance: dg.DagsterInstance, cluster: bool,
+          interrupts: Interrupts) -> None:
+    """The runs of every selected step, pipeline by pipeline, into ``request.outcomes``; stops at a failed step, and
+    raises `Interrupted` after the run a signal stopped."""
     for run_id in fail_runs_of_dead_processes(instance):
         print(f"marked run {run_id[:8]} failed: the command that executed it was killed", file=sys.stderr)
     store = storage()
@@ -81,6 +95,7 @@ def materialize(args: argparse.Namespace) -> int:
     if cluster:  # run workers start elsewhere: they must get this very root
         os.environ["NEMOTRON_DATA_ROOT"] = settings.data_root()
     origin, repo = load_repository()
+    blend, sample = request.blend, request.sample
     target = Target(instance, store, blend, Scope(blend.name, samples=sample is not None), sample, request.dataset)
     tags = {LAUNCHED_BY_TAG: "cli", SAMPLE_TAG: sample or "full"}
     for pipeline in PIPELINES:
@@ -94,11 +109,10 @@ def materialize(args: argparse.Namespace) -> int:
             if not partition_runs:
                 continue
             config = run_config(repo, asset_key, step, args)
-            new = execute(origin, repo, instance, asset_key, step.asset, partition_runs, config, tags, cluster)
-            request.outcomes.extend(new)
-            if not all(o.success for o in new):
-                return summarize(request, instance, started)
-    return summarize(request, instance, started)
+            execute(origin, repo, instance, asset_key, step.asset, partition_runs, config, tags, cluster,
+                    request.outcomes, interrupts)
+            if not all(o.success for o in request.outcomes):
+                return
 
 
 def selection(select: str | None, partition: str | None, blend: Blend) -> list[str]:
@@ -190,29 +204,46 @@ def run_config(repo: dg.RepositoryDefinition, asset_key: dg.AssetKey, step: Step
 
 
 def execute(origin, repo, instance: dg.DagsterInstance, asset_key: dg.AssetKey, asset: str,
-            partition_runs: list[list[str] | None], run_config: dict, tags: dict, cluster: bool) -> list[RunOutcome]:
-    """One run per partition range (``None``: unpartitioned): with ``cluster`` all handed to the instance's run
-    launcher (Ray) at once and waited for; else here, one after the other. Each outcome is printed as it ends."""
+            partition_runs: list[list[str] | None], run_config: dict, tags: dict, cluster: bool,
+            outcomes: list[RunOutcome], interrupts: Interrupts) -> None:
+    """One run per partition range (``None``: unpartitioned), each outcome printed and added to ``outcomes`` as it
+    ends: with ``cluster`` all handed to the instance's run launcher (Ray) at once and waited for (a signal asks the
+    launcher to stop them); else here, one after the other, stopping after the run a signal interrupted."""
     if cluster:
         launched = {launch_assets(origin, repo, instance, [asset_key], p, run_config, tags): tuple(p or ())
                     for p in partition_runs}
         print(f"launched {len(launched)} {asset} run(s) through {type(instance.run_launcher).__name__}",
               file=sys.stderr)
-        outcomes = wait_for_runs(instance, launched, on_finished=lambda o: report(o, asset))
-        return [o.for_asset(asset) for o in outcomes]
-    outcomes = []
+        wait_for_runs(instance, launched, on_finished=lambda o: ended(o.for_asset(asset), outcomes))
+        return
     for partitions in partition_runs:
         outcome = execute_assets(origin, repo, instance, [asset_key], partitions, run_config,
                                  {**tags, PROCESS_TAG: owner_token()}).for_asset(asset)
-        report(outcome, asset)
-        outcomes.append(outcome)
-    return outcomes
+        if interrupts.signalled and not outcome.success:
+            outcome = replace(outcome, error=f"interrupted by {interrupts.signalled}")
+        ended(outcome, outcomes)
+        interrupts.check()
 
 
-def report(outcome: RunOutcome, asset: str) -> None:
+def ended(outcome: RunOutcome, outcomes: list[RunOutcome]) -> None:
+    report(outcome)
+    outcomes.append(outcome)
+
+
+def report(outcome: RunOutcome) -> None:
     span = f" {outcome.partitions[0]}...{outcome.partitions[-1]}" if outcome.partitions else ""
-    status = f"ok in {outcome.seconds:.1f} s" if outcome.success else "FAILED (the error is shown at the end)"
-    print(f"run {outcome.run_id[:8]} {asset}{span}: {status}", file=sys.stderr)
+    status = f"ok in {outcome.seconds:.1f} s" if outcome.success else (
+        outcome.error if outcome.error.startswith("interrupted") else "FAILED (the error is shown at the end)")
+    print(f"run {outcome.run_id[:8]} {outcome.asset}{span}: {status}", file=sys.stderr)
+
+
+def stopped(request: Request, started: float, signal_name: str) -> int:
+    """The one line of an interrupted command: what finished, and the command that goes on from there."""
+    finished = sum(o.success for o in request.outcomes)
+    again = " ".join(shlex.quote(arg) for arg in ["python", "-m", "nemotron_assets", *sys.argv[1:]])
+    print(f"interrupted by {signal_name} after {time.monotonic() - started:.1f} s: {finished} run(s) finished, "
+          "committed outputs stay done; to go on, run the same command again: " + again, file=sys.stderr)
+    return EXIT_STATUS
 
 
 def summarize(request: Request, instance: dg.DagsterInstance, started: float) -> int:

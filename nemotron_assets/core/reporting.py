@@ -6,17 +6,22 @@ moment it is done, followed by that partition's check results. Only then, if any
 with one message naming every failed partition and its located error. So a finished shard is materialized in the
 UI and in ``status`` even when its run failed, and the failed ones can be re-run alone.
 
-Retries (an asset's ``RetryPolicy``) are for transient trouble, such as a storage endpoint that drops a connection
-(s3fs raises those as ``OSError``s). Errors that a retry cannot fix fail at once:
+Retries (`retry_transient_errors`, on every building step) are for transient trouble, such as a storage endpoint
+that drops a connection (s3fs raises those as ``OSError``s). Errors that a retry cannot fix fail at once:
 
 - an ``InputError`` (bad data, a bad blend setting), which names dataset, file, line and field;
 - a ``NotReady`` (an upstream output missing or stale), which names the outputs and what to materialize;
 - an ``OSError`` whose errno says the disk, the quota or the permissions are the problem (``PERMANENT_ERRNOS``):
   decided by errno, not by exception type, because connection errors are ``OSError``s too.
+
+An interrupted step (Ctrl-C, SIGTERM, a run terminated from the UI) is never retried: it stops, and the run ends
+canceled (terminated from the UI) or failed.
 """
 
 import contextlib
 import errno
+import functools
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -34,7 +39,7 @@ from nemotron_assets.sources.errors import InputError
 
 _BAR_WIDTH = 30
 # Retries for transient trouble only: every error a retry cannot fix fails the step without them (below).
-TRANSIENT_RETRIES = dg.RetryPolicy(max_retries=2, delay=1, backoff=dg.Backoff.EXPONENTIAL)
+MAX_RETRIES, FIRST_RETRY_DELAY_S = 2, 1.0
 PERMANENT_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
                     errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}
 
@@ -48,7 +53,7 @@ class CheckOutcome:
 
 def partitioned_asset(key: list[str], *, group: str, partitions_def: dg.PartitionsDefinition | None,
                       description: str, kinds: set[str], deps: list | None = None, checks: dict[str, str] | None = None,
-                      backfill_policy: dg.BackfillPolicy | None = None, retry_policy: dg.RetryPolicy | None = None,
+                      backfill_policy: dg.BackfillPolicy | None = None,
                       automation_condition: dg.AutomationCondition | None = None):
     """The decorator of an asset whose step reports partition by partition (``materialize_partitions``).
 
@@ -63,8 +68,41 @@ def partitioned_asset(key: list[str], *, group: str, partitions_def: dg.Partitio
         name="__".join(key), specs=[dg.AssetSpec(key, group_name=group, description=description, kinds=kinds,
                                                  deps=deps or [], skippable=True,
                                                  automation_condition=automation_condition)],
-        check_specs=check_specs, partitions_def=partitions_def, can_subset=True, backfill_policy=backfill_policy,
-        retry_policy=retry_policy)
+        check_specs=check_specs, partitions_def=partitions_def, can_subset=True, backfill_policy=backfill_policy)
+
+
+def retry_transient_errors(compute: Callable) -> Callable:
+    """A step's compute function, retried (a new attempt of the step, ``MAX_RETRIES`` at most, 1 s then 2 s later)
+    when it fails with an error a retry may fix (`describe_failure`).
+
+    Not a Dagster ``RetryPolicy``: under a policy, Dagster also retries a step that was *interrupted*, so Ctrl-C or
+    terminating the run in the UI would start the build over. Here only exceptions are retried; an interrupt is a
+    ``BaseException`` and passes through, so Dagster ends the run as interrupted."""
+
+    def again(context, exc: Exception) -> None:
+        retryable = describe_failure(exc)[1]
+        if retryable and context.retry_number < MAX_RETRIES:
+            raise dg.RetryRequested(max_retries=MAX_RETRIES,
+                                    seconds_to_wait=FIRST_RETRY_DELAY_S * 2 ** context.retry_number) from exc
+
+    if inspect.isgeneratorfunction(compute):
+        @functools.wraps(compute)
+        def steps(context, *args, **kwargs):
+            try:
+                yield from compute(context, *args, **kwargs)
+            except Exception as exc:
+                again(context, exc)
+                raise
+        return steps
+
+    @functools.wraps(compute)
+    def step(context, *args, **kwargs):
+        try:
+            return compute(context, *args, **kwargs)
+        except Exception as exc:
+            again(context, exc)
+            raise
+    return step
 
 
 def materialize_partitions(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, partitions: Iterable[str],

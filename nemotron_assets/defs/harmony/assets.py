@@ -20,12 +20,12 @@ from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.pipeline import Assets, BlendScope
 from nemotron_assets.core.records import read_receipt, require_manifest
 from nemotron_assets.core.reporting import (
-    TRANSIENT_RETRIES,
     CheckOutcome,
     materialize_partitions,
     outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
+    retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.sections import POOL_NAMES
@@ -93,9 +93,10 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         scope.key("harmony_shard"), group=scope.group, partitions_def=scope.dynamic("harmony_shards"),
         kinds={"parquet"}, deps=[dg.AssetDep(upstream["source_split"], partition_mapping=dg.AllPartitionMapping())],
         checks={ROWS_MATCH_SOURCE: "rows in the Parquet = source rows read - counted drops"},
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Normalizes one shard of a post-training dataset into Harmony text + metadata (Parquet, zstd).",
     )
+    @retry_transient_errors
     def harmony_shard(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource,
                       lineage: WandbLineage):
         store = storage.get()
@@ -127,10 +128,11 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         scope.key("harmony_dedup"), group=scope.group, automation_condition=automation,
         partitions_def=family_partitions, kinds={"parquet"},
         deps=[dg.AssetDep(harmony_shard, partition_mapping=dg.AllPartitionMapping())],
-        checks={IDS_UNIQUE: "after removing the duplicates, every id occurs once"}, retry_policy=TRANSIENT_RETRIES,
+        checks={IDS_UNIQUE: "after removing the duplicates, every id occurs once"},
         description="Exact dedup by SHA1 of the Harmony text across all shards of a dataset; the first occurrence "
                     "in (file, row) order wins.",
     )
+    @retry_transient_errors
     def harmony_dedup(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
 
@@ -158,9 +160,10 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         partitions_def=pool_partitions, kinds={"parquet", "polars"},
         deps=[dg.AssetDep(harmony_dedup, partition_mapping=dg.AllPartitionMapping())],
         checks={ROWS_SATISFY_PREDICATE: "every row of the pool satisfies the pool's predicate"},
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Rows of every normalized, deduplicated dataset that satisfy the pool's predicate.",
     )
+    @retry_transient_errors
     def candidate_pool(context: dg.AssetExecutionContext, config: PoolConfig, storage: StorageResource,
                        lineage: WandbLineage):
         store = storage.get()
@@ -198,10 +201,11 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @partitioned_asset(
         scope.key("embedding_view"), group=scope.group, automation_condition=automation,
         partitions_def=pool_partitions, kinds={"parquet"},
-        deps=[candidate_pool], backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        deps=[candidate_pool], backfill_policy=dg.BackfillPolicy.single_run(),
         description="Per pool, one text per row to embed in each view: the prompt, a reasoning excerpt, and the "
                     "value-free behavior.",
     )
+    @retry_transient_errors
     def embedding_view(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
         inputs_of = {}  # base -> what the pools read there, judged once in this run
@@ -221,10 +225,11 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @dg.asset(
         key=scope.key("behavior_report"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
         automation_condition=automation,
-        deps=[embedding_view], kinds={"markdown"}, retry_policy=TRANSIENT_RETRIES,
+        deps=[embedding_view], kinds={"markdown"},
         description="Tool-call coverage and uniqueness of every pool's behavior view: a collapsed view shows "
                     "as few distinct signatures.",
     )
+    @retry_transient_errors
     def behavior_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         with permanent_errors_fail_at_once():
             outcome, report = materialize_report(storage.get(), curation, scope.base(scope.sample_of(context)),

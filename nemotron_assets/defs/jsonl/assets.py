@@ -15,12 +15,12 @@ from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.pipeline import Assets, BlendScope
 from nemotron_assets.core.records import read_receipt, require_manifest
 from nemotron_assets.core.reporting import (
-    TRANSIENT_RETRIES,
     CheckOutcome,
     materialize_partitions,
     outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
+    retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
@@ -47,10 +47,11 @@ def build_jsonl_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         deps=[dg.AssetDep(upstream["source_split"], partition_mapping=dg.AllPartitionMapping())],
         checks={FILES_MATCH_RECEIPT: "every file decompresses, each line is a JSON object, lines per split and "
                                      "rows read = written + dropped are as the receipt says"},
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Applies the dataset's transform to one shard's rows and writes them as JSONL (optionally zstd), "
                     "one file per train/valid/test split of the holdout.",
     )
+    @retry_transient_errors
     def jsonl_shard(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource,
                     lineage: WandbLineage):
         store = storage.get()
@@ -80,10 +81,11 @@ def build_jsonl_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
     @dg.asset(
         key=scope.key("jsonl_manifest"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
-        deps=[jsonl_shard], kinds={"json"}, retry_policy=TRANSIENT_RETRIES,
+        deps=[jsonl_shard], kinds={"json"},
         description="jsonl/manifest.json: per split (train, valid, test) the JSONL files of every transform dataset, "
                     "for NeMo-RL; refuses shards that are not up to date.",
     )
+    @retry_transient_errors
     def jsonl_manifest(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                        lineage: WandbLineage):
         store = storage.get()

@@ -21,7 +21,6 @@ from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.pipeline import Assets, BlendScope
 from nemotron_assets.core.records import NotReady, require_manifest
 from nemotron_assets.core.reporting import (
-    TRANSIENT_RETRIES,
     CheckOutcome,
     histogram_markdown,
     materialize_partitions,
@@ -29,6 +28,7 @@ from nemotron_assets.core.reporting import (
     partitioned_asset,
     permanent_errors_fail_at_once,
     recorded_metadata,
+    retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun, Staged, adopt, build_output
@@ -65,10 +65,11 @@ def build_pretrain_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @partitioned_asset(
         scope.key("pretrain_shard"), group=scope.group, partitions_def=scope.dynamic("pretrain_shards"),
         kinds={"megatron"}, deps=[dg.AssetDep(upstream["source_split"], partition_mapping=dg.AllPartitionMapping())],
-        checks=CHECKS, backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        checks=CHECKS, backfill_policy=dg.BackfillPolicy.single_run(),
         description="Tokenizes one shard of a dataset into a Megatron .bin/.idx pair (byte-identical to "
                     "Megatron-LM tools/preprocess_data.py --append-eod), then checks it.",
     )
+    @retry_transient_errors
     def pretrain_shard(context: dg.AssetExecutionContext, config: ShardConfig, storage: StorageResource,
                        lineage: WandbLineage):
         store = storage.get()

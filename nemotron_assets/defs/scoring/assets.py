@@ -19,12 +19,12 @@ import dagster as dg
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.pipeline import Assets, BlendScope
 from nemotron_assets.core.reporting import (
-    TRANSIENT_RETRIES,
     CheckOutcome,
     materialize_partitions,
     outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
+    retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.step import Outcome
@@ -68,10 +68,11 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         deps=[dg.AssetDep(upstream["candidate_pool"], partition_mapping=every)],
         checks={IDS_MATCH_POOL: "the scored ids are the pool part's ids, in order, less the rows the renderer "
                                 "dropped (counted in the receipt)"},
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES, automation_condition=automation,
+        backfill_policy=dg.BackfillPolicy.single_run(), automation_condition=automation,
         description="Completion-only NLL of every row of one pool part under scoring.model (its own chat template, "
                     "every assistant turn trained): nll_mean, nll_sum, tokens_scored, truncated.",
     )
+    @retry_transient_errors
     def nll_scores(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                    lineage: WandbLineage):
         store = storage.get()
@@ -87,11 +88,11 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @partitioned_asset(
         scope.key("embeddings"), group=scope.group, partitions_def=view_partitions, kinds={"parquet", "pytorch"},
         deps=[upstream["embedding_view"]], backfill_policy=dg.BackfillPolicy.single_run(),
-        retry_policy=TRANSIENT_RETRIES,
         automation_condition=automation,
         description="One sentence embedding per row of one embedding view of a scored pool (scoring.embedding_model, "
                     "as sentence-transformers computes it).",
     )
+    @retry_transient_errors
     def embeddings(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                    lineage: WandbLineage):
         store = storage.get()
@@ -107,11 +108,12 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         scope.key("selected_pool"), group=scope.group, partitions_def=selection_partitions, kinds={"parquet"},
         deps=[dg.AssetDep(nll_scores, partition_mapping=every), dg.AssetDep(embeddings, partition_mapping=every)],
         automation_condition=automation,
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Rows of a scored pool selected by NLL (<pool>_easy: lowest nll_mean quantile, <pool>_hard: "
                     "highest) or by greedy k-center on the prompt embeddings (<pool>_diverse), laid out as a pool so "
                     "sft.from can name it.",
     )
+    @retry_transient_errors
     def selected_pool(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                       lineage: WandbLineage):
         store = storage.get()
@@ -126,10 +128,11 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @dg.asset(
         key=scope.key("near_duplicate_report"), group_name=scope.group, partitions_def=blend_partitions,
         deps=[dg.AssetDep(embeddings, partition_mapping=every)], kinds={"parquet", "markdown"},
-        retry_policy=TRANSIENT_RETRIES, automation_condition=automation,
+        automation_condition=automation,
         description="Pairs of rows whose embeddings have cosine >= scoring.near_dup_threshold, within each view of "
                     "each scored pool, found by blocked matrix products (never the n x n matrix).",
     )
+    @retry_transient_errors
     def near_duplicate_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                               lineage: WandbLineage):
         store = storage.get()

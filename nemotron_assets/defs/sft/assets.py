@@ -20,13 +20,13 @@ from nemotron_assets.core.partitions import register_block
 from nemotron_assets.core.pipeline import Assets, BlendScope
 from nemotron_assets.core.records import Receipt, require_manifest
 from nemotron_assets.core.reporting import (
-    TRANSIENT_RETRIES,
     CheckOutcome,
     histogram_markdown,
     materialize_partitions,
     outcome_metadata,
     partitioned_asset,
     permanent_errors_fail_at_once,
+    retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
@@ -67,10 +67,11 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @partitioned_asset(
         scope.key("sft_samples"), group=scope.group, partitions_def=upstream["harmony_shard"].partitions_def,
         kinds={"arrow"}, deps=[upstream["harmony_shard"]], automation_condition=automation,
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Renders, tokenizes and masks the rows of one Harmony shard with the blend's chat template: "
                     "token ids, unshifted assistant mask and masked-role spans per sample (an Arrow IPC file).",
     )
+    @retry_transient_errors
     def sft_samples(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
         chat = chat_identity(sft)
@@ -90,7 +91,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
     @dg.asset(
         key=scope.key("sft_plan"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
-        automation_condition=automation, kinds={"parquet"}, retry_policy=TRANSIENT_RETRIES,
+        automation_condition=automation, kinds={"parquet"},
         deps=[dg.AssetDep(sft_samples, partition_mapping=every),
               dg.AssetDep(upstream["harmony_dedup"], partition_mapping=every),
               dg.AssetDep(upstream["candidate_pool"], partition_mapping=every),
@@ -99,6 +100,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         description="Selects the samples (dedup, sft.from, used_in), assigns train/valid/test and repeat copies, "
                     "and plans the bins of every packed shard; registers the packed shards' partitions.",
     )
+    @retry_transient_errors
     def sft_plan(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
         store = storage.get()
         sample = scope.sample_of(context)
@@ -116,10 +118,11 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @partitioned_asset(
         scope.key("sft_packed"), group=scope.group, partitions_def=scope.dynamic("sft_shards"), kinds={"parquet"},
         deps=[dg.AssetDep(sft_plan, partition_mapping=every)], checks=CHECKS, automation_condition=automation,
-        backfill_policy=dg.BackfillPolicy.single_run(), retry_policy=TRANSIENT_RETRIES,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Packs the planned samples of one shard into bins (Megatron-Bridge's packed Parquet: input_ids, "
                     "loss_mask, seq_start_id) plus the samples file that says which sample sits where.",
     )
+    @retry_transient_errors
     def sft_packed(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource):
         store = storage.get()
         plans: dict[str, Receipt] = {}
@@ -168,11 +171,11 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @dg.asset(
         key=scope.key("sft_manifest"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
         automation_condition=automation, deps=[dg.AssetDep(sft_packed, partition_mapping=every)], kinds={"json"},
-        retry_policy=TRANSIENT_RETRIES,
         description="sft/manifest.json (per split: files, samples, bins, tokens, drops), Megatron-Bridge's "
                     "packing_metadata.json and, with formats [parquet, npy], one .npy per split for NeMo; refuses "
                     "packed shards that are not up to date.",
     )
+    @retry_transient_errors
     def sft_manifest(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource,
                      lineage: WandbLineage):
         store = storage.get()

@@ -1,0 +1,85 @@
+"""Ctrl-C (SIGINT) and SIGTERM while ``materialize`` runs: the first signal stops the build, a second exits at once.
+
+While a Dagster run executes here, Dagster owns SIGINT (and maps SIGTERM to it): inside a step it raises
+``DagsterExecutionInterruptedError`` in the step's code, which unwinds it (a shard run kills its forked builds and
+removes their staging folders, core/step.py), and the run ends failed; elsewhere it keeps the signal until the next
+step starts. Either way Dagster resets its record of the signal when the run ends, so the command could not tell
+an interrupted run from a failed one, and would go on to the next.
+
+So the command learns of signals itself, whoever handles them: Python writes the number of every signal it
+catches to a "wakeup" file descriptor (``signal.set_wakeup_fd``), and a thread here reads them. The first
+SIGINT/SIGTERM marks the command interrupted (it stops after the run in progress has unwound); the second ends the
+process at once (exit status 130). Between runs, our own handler raises ``KeyboardInterrupt`` for both signals.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for a command stopped by Ctrl-C
+
+
+class Interrupted(Exception):
+    """The command was stopped by a signal (its name in ``str``)."""
+
+
+class Interrupts:
+    """The signals of one command: ``signalled`` names the first one (None until then). A context manager; outside
+    it, the signal handlers are the ones it found. Off the main thread (where Python delivers no signal) it does
+    nothing."""
+
+    def __init__(self) -> None:
+        self.signalled: str | None = None
+        self._count = 0
+        self._previous: dict[int, object] = {}
+        self._read_end = self._write_end = -1
+        self._old_wakeup = -1
+
+    def __enter__(self) -> "Interrupts":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._read_end, self._write_end = os.pipe()
+        os.set_blocking(self._write_end, False)
+        self._old_wakeup = signal.set_wakeup_fd(self._write_end, warn_on_full_buffer=False)
+        for signum in SIGNALS:
+            self._previous[signum] = signal.signal(signum, _raise_keyboard_interrupt)
+        threading.Thread(target=self._watch, name="signals", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._write_end < 0:
+            return
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        signal.set_wakeup_fd(self._old_wakeup)
+        os.close(self._write_end)  # the watcher reads EOF and ends; it closes the read end
+
+    def check(self) -> None:
+        """Raise `Interrupted` if a signal came (call it after each run)."""
+        if self.signalled:
+            raise Interrupted(self.signalled)
+
+    def _watch(self) -> None:
+        try:
+            while data := os.read(self._read_end, 64):
+                for signum in data:
+                    if signum in SIGNALS:
+                        self._received(signal.Signals(signum).name)
+        finally:
+            os.close(self._read_end)
+
+    def _received(self, name: str) -> None:
+        self._count += 1
+        if self._count == 1:
+            self.signalled = name
+            print(f"\n{name}: stopping (builds in progress are killed, committed outputs stay done); "
+                  "a second Ctrl-C exits at once", file=sys.stderr, flush=True)
+            return
+        print(f"{name} again: exiting now", file=sys.stderr, flush=True)
+        os._exit(EXIT_STATUS)
+
+
+def _raise_keyboard_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
