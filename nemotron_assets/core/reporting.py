@@ -80,8 +80,7 @@ def retry_transient_errors(compute: Callable) -> Callable:
     ``BaseException`` and passes through, so Dagster ends the run as interrupted."""
 
     def again(context, exc: Exception) -> None:
-        retryable = describe_failure(exc)[1]
-        if retryable and context.retry_number < MAX_RETRIES:
+        if describe_failure(exc)[1]:  # Dagster counts the attempts, and fails "Exceeded max_retries" at the end
             raise dg.RetryRequested(max_retries=MAX_RETRIES,
                                     seconds_to_wait=FIRST_RETRY_DELAY_S * 2 ** context.retry_number) from exc
 

@@ -215,8 +215,8 @@ def test_s3_restart_mid_run_leaves_no_half_shard_and_a_rerun_completes(tmp_path,
     receipts = f"{blend_root('load')}/pretrain/big/*.json"
     with moto_server(port) as endpoint:
         make_bucket(endpoint, BUCKET)
-        # one HTTP attempt per request (botocore's default retries a dead endpoint for ~7 s); Dagster's
-        # RetryPolicy still retries the step twice, so the retry path runs, just without the waiting
+        # one HTTP attempt per request (botocore's default retries a dead endpoint for ~7 s); our step's
+        # transient-error retries still retry it twice, so the retry path runs, just without the waiting
         env = dict(cli_environment(endpoint, secret, dagster_home, load_blend), AWS_MAX_ATTEMPTS="1")
         planned = run_cli("materialize", "load", "--select", "source_split", env=env)
         assert planned.returncode == 0, planned.stderr[-3000:]
