@@ -154,6 +154,7 @@ def test_a_missing_tokenizer_is_refused_before_reading_with_exit_2(env):
     done = _cli("materialize", "sample", env=env)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "nope/tok.json" in done.stderr and "does not exist" in done.stderr
+    assert f"{blends / 'sample.yaml'} field 'tokenizer_model'" in done.stderr  # the blend file that chose it
     assert not Path(env["NEMOTRON_DATA_ROOT"], "sample").exists()  # nothing was read, hashed or written
     assert _runs(env["DAGSTER_HOME"]) == []
 

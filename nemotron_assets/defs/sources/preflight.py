@@ -12,6 +12,7 @@ from pathlib import Path
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.defs.sources.manifest import read_options
 from nemotron_assets.sources.discovery import resolve_files
+from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.readers import check_parquet_text_column
 from nemotron_assets.tokenize.loading import locate_tokenizer
 
@@ -20,7 +21,12 @@ def check_before_reading(blend: Blend, blend_file: Path, datasets: list[str] | N
     """Raise the first ``InputError`` a build of ``datasets`` (default: all) would hit before reading data."""
     entries = [e for e in blend.entries() if datasets is None or e.name in datasets]
     if any(e.kind == "pretrain" for e in entries):
-        locate_tokenizer(blend.tokenizer_model, blend.tokenizer_revision)
+        try:
+            locate_tokenizer(blend.tokenizer_model, blend.tokenizer_revision)
+        except InputError as exc:  # name the blend file that chose it, and the setting as written there
+            raise InputError(f"{exc.reason}: {blend.tokenizer_model!r}"
+                             + (f" ({exc.path})" if exc.path and exc.path != blend.tokenizer_model else ""),
+                             path=str(blend_file), field="tokenizer_model") from None
     for entry in entries:
         if entry.path.startswith("hf://"):
             continue
