@@ -240,5 +240,6 @@ def _flatten(value: dict, prefix: str = "") -> dict:
 def _show(value: object) -> str:
     if value is _ABSENT:
         return "(not set)"
-    text = json.dumps(value)
-    return text[:13] + "…" if len(text) > 16 and isinstance(value, str) else text
+    if isinstance(value, str) and len(value) > 14:  # a hash: its first 12 characters, the quotes kept balanced
+        return json.dumps(value[:12])[:-1] + '…"'
+    return json.dumps(value)

@@ -1,5 +1,6 @@
 """The step skeleton (nemotron_assets/core/step.py): a build commits its files then the receipt; an output an older
-version wrote without a receipt is adopted when its bytes are exactly what a build would write."""
+version wrote without a receipt is adopted when its bytes are exactly what a build would write; the reason a
+rebuild gives (core/records.py) reads well."""
 
 import json
 
@@ -48,3 +49,11 @@ def test_different_bytes_or_an_existing_receipt_are_not_adopted(tmp_path):
     assert not (tmp_path / "out/blend.receipt.json").exists()
     build_output(store, OUTPUT, write, log=lambda line: None)
     assert adopt(store, OUTPUT, CONTENTS, {}) is None  # a receipt exists: the skeleton judges it
+
+
+def test_a_rebuild_reason_shows_hashes_shortened_inside_balanced_quotes():
+    from nemotron_assets.core.records import describe_changes
+
+    built, now = {"source": "a10ede2ae0949f5c8d2e"}, {"source": "d144b59ece7a1e2f3a4b"}
+    assert describe_changes(built, now) == 'source="a10ede2ae094…", now "d144b59ece7a…"'
+    assert describe_changes({"dtype": "int32"}, {"dtype": "uint16"}) == 'dtype="int32", now "uint16"'
