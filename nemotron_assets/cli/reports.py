@@ -151,7 +151,11 @@ def _not_done(d: DatasetStatus, indent: str) -> list[str]:
     for label, keys in (("stale", list(d.stale)), ("failed", d.failed), ("missing", d.missing)):
         if keys:
             more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
-            why = f" ({d.stale[keys[0]]})" if label == "stale" else ""
+            why = ""
+            if label == "stale":
+                why = f" ({d.stale[keys[0]]})"
+            elif label == "failed":
+                why = f" ({d.failed_because.get(keys[0]) or 'its run failed'})"
             lines.append(f"{indent}{label}: {', '.join(keys[:SHOWN_KEYS])}{more}{why}")
     return lines
 

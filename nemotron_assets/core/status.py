@@ -50,6 +50,7 @@ class DatasetStatus:
     done: int = 0
     stale: dict[str, str] = field(default_factory=dict)  # shard key -> why it is stale
     failed: list[str] = field(default_factory=list)
+    failed_because: dict[str, str] = field(default_factory=dict)  # failed shard key -> its located error
     missing: list[str] = field(default_factory=list)
     rows: int = 0  # source rows read by the done shards, from their receipts
     tokens: int = 0  # pretraining: tokens of the done shards
@@ -144,7 +145,8 @@ def shard_statuses(instance: dg.DagsterInstance, store: Storage, blend: Blend, b
     plans = read_plans(store, blend, base, entries)
     keys = [sample_key(sample, str(ShardKey(m.dataset, i))) for m, i in planned_shards(plans)]
     asset = [blend.name, kind.asset] if sample is None else [blend.name, "samples", kind.asset]
-    failed = partition_history(instance, dg.AssetKey(asset), partitions_name, keys).failed
+    history = partition_history(instance, dg.AssetKey(asset), partitions_name, keys)
+    failed = history.failed
     datasets = []
     for entry in entries:
         plan = plans[entry.name]
@@ -163,6 +165,7 @@ def shard_statuses(instance: dg.DagsterInstance, store: Storage, blend: Blend, b
                 kind.count(status, state.receipt)
             elif sample_key(sample, key) in failed:
                 status.failed.append(key)
+                status.failed_because[key] = history.failed_because.get(sample_key(sample, key), "")
             elif state.state is State.STALE:
                 status.stale[key] = state.reason
             else:

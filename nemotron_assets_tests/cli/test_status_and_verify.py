@@ -104,7 +104,9 @@ def test_status_counts_done_shards_tokens_and_rows_and_failed_runs(built, env, s
     code, out, _ = _run(capsys, "status", "broken")
     assert code == 0 and "blend sample" not in out
     assert "(not written yet)" in out  # broken has no blend.json
-    assert "    failed: bad/shard_00000" in out
+    failed_line = next(line for line in out.splitlines() if line.startswith("    failed: bad/shard_00000"))
+    assert "broken.jsonl:2" in failed_line  # why it failed: the located error of its run, file and line
+    assert "broken.jsonl:2" in broken_status["bad"]["failed_because"]["bad/shard_00000"]
     total = next(line for line in out.splitlines() if line.strip().startswith("total")).split()
     assert total[1:6] == ["2", "1", "0", "1", "0"]  # planned, done, stale, failed, missing
 
