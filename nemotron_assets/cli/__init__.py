@@ -113,7 +113,7 @@ def show_status(args: argparse.Namespace) -> int:
         chosen, broken = folder.blends, folder.broken
     store = storage()
     with open_instance() as instance:
-        reports = [collect_status(instance, store, blend) for _, blend in chosen]
+        reports = [collect_status(instance, store, blend, blend_file) for blend_file, blend in chosen]
     reports += [BlendStatus(bad.name, error=str(bad.error)) for bad in broken]
     orphans = store.orphaned_staging()
     if args.json:
@@ -131,9 +131,9 @@ def verify(args: argparse.Namespace) -> int:
     from nemotron_assets.core.blend import load_blend_folder
     from nemotron_assets.core.instance import open_instance
 
-    _, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
+    blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
     with open_instance() as instance:
-        problems = collect_problems(instance, storage(), blend)
+        problems = collect_problems(instance, storage(), blend, blend_file)
     for problem in problems:
         print(problem)
     print(f"{blend.name}: {len(problems)} problem(s)" if problems else f"{blend.name}: every output verified",

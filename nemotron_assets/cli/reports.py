@@ -9,15 +9,25 @@ fault, and why.
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import dagster as dg
 
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import check_sample, samples_dir
 from nemotron_assets.core.pipeline import StatusRequest
-from nemotron_assets.core.status import SHOWN_KEYS, DatasetStatus, OutputStatus, Problem, StatusSection
+from nemotron_assets.core.status import (
+    RECORDED,
+    SHOWN_KEYS,
+    DatasetStatus,
+    OutputStatus,
+    Plans,
+    Problem,
+    StatusSection,
+)
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.registry import PIPELINES
+from nemotron_assets.defs.sources.current import CurrentPlans
 
 
 @dataclass
@@ -52,21 +62,31 @@ class BlendStatus:
                 "samples": [{"sample": s.sample, "datasets": [asdict(d) for d in s.datasets]} for s in self.samples]}
 
 
-def collect_status(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> BlendStatus:
+def collect_status(instance: dg.DagsterInstance, store: Storage, blend: Blend, blend_file: Path | None = None
+                   ) -> BlendStatus:
+    """The blend's status, pipeline by pipeline; with ``blend_file``, shards are judged against the input files as
+    they are now (defs/sources/current.py), else against the recorded plans."""
     report = BlendStatus(blend.name)
     pipelines = [p for p in PIPELINES if p.applies(blend)]
     for pipeline in pipelines:
-        report.sections += pipeline.status(StatusRequest(instance, store, blend))
+        report.sections += pipeline.status(StatusRequest(instance, store, blend, plans_of=_plans(blend_file)))
     for sample in sample_names(store, blend.name):
-        request = StatusRequest(instance, store, blend, sample)
+        request = StatusRequest(instance, store, blend, sample, plans_of=_plans(blend_file))
         report.samples.append(SampleStatus(sample, [s for p in pipelines for s in p.status(request)]))
     return report
 
 
-def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
-    """Every problem of the full build of ``blend`` (samples are not verified), pipeline by pipeline."""
+def collect_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, blend_file: Path | None = None
+                     ) -> list[Problem]:
+    """Every problem of the full build of ``blend`` (samples are not verified), pipeline by pipeline; with
+    ``blend_file``, input files that changed since their dataset was planned too."""
+    plans_of = _plans(blend_file)
     return [problem for pipeline in PIPELINES if pipeline.applies(blend)
-            for problem in pipeline.problems(instance, store, blend)]
+            for problem in pipeline.problems(instance, store, blend, plans_of)]
+
+
+def _plans(blend_file: Path | None) -> Plans:
+    return CurrentPlans(blend_file) if blend_file is not None else RECORDED
 
 
 def sample_names(store: Storage, blend: str) -> list[str]:

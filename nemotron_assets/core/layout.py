@@ -75,3 +75,8 @@ def samples_dir(blend: str) -> str:
 
 def manifest_path(base: str, dataset: str) -> str:
     return f"{base}/sources/{dataset}/manifest.json"
+
+
+def input_stamps_path(base: str, dataset: str) -> str:
+    """The modification times of the dataset's local input files when they were measured (defs/sources)."""
+    return f"{base}/sources/{dataset}/stamps.json"

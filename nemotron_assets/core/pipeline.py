@@ -21,7 +21,7 @@ import dagster as dg
 
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.partitions import Scope
-from nemotron_assets.core.status import Problem, StatusSection
+from nemotron_assets.core.status import RECORDED, Plans, Problem, StatusSection
 from nemotron_assets.core.storage import Storage
 
 Assets = dict[str, dg.AssetsDefinition]  # asset name ("pretrain_shard") -> its definition, in one scope
@@ -98,13 +98,15 @@ class StatusRequest:
     store: Storage
     blend: Blend
     sample: str | None = None  # a sample's status: its shards only
+    plans_of: Plans = RECORDED  # where the datasets' plans come from (core/status.py)
 
 
 def _no_status(request: StatusRequest) -> list[StatusSection]:
     return []
 
 
-def _no_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
+def _no_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, plans_of: Plans = RECORDED
+                 ) -> list[Problem]:
     return []
 
 
@@ -124,7 +126,7 @@ class Pipeline:
     #: assets the blend's automation-condition sensor rebuilds once their inputs changed (eager)
     rebuilt_when_inputs_change: tuple[str, ...] = ()
     status: Callable[[StatusRequest], list[StatusSection]] = _no_status
-    problems: Callable[[dg.DagsterInstance, Storage, Blend], list[Problem]] = _no_problems
+    problems: Callable[[dg.DagsterInstance, Storage, Blend, Plans], list[Problem]] = _no_problems
     #: the command line's default selection with --partition (the shards of one dataset)
     partition_steps: tuple[str, ...] = field(default_factory=tuple)
 

@@ -109,6 +109,48 @@ def output_statuses(states: list[OutputState], counted: dict[str, dict[str, str]
 
 
 # --- the plans and their shards ---------------------------------------------------------------------------------
+class Plans:
+    """Where ``status`` and ``verify`` get each dataset's plan. This one reads the plans as the last
+    ``source_split`` recorded them; the command line's (defs/sources/current.py ``CurrentPlans``) makes them from
+    the input files as they are now, so a shard is done only when its receipt matches the files."""
+
+    def of(self, store: Storage, blend: Blend, base: str, entries: list[DatasetEntry]
+           ) -> dict[str, SourceManifest | Problem]:
+        return read_plans(store, blend, base, entries)
+
+    def input_changes(self, dataset: str) -> list[tuple[str, str]]:
+        """(file, "changed" / "added" / "removed") since the recorded plan."""
+        return []
+
+    def not_checked(self, dataset: str) -> str:
+        """Why the dataset's inputs could not be compared with its plan ("" when they were)."""
+        return ""
+
+    def why_stale(self, dataset: str) -> str:
+        """What to say of a stale shard of the dataset when its inputs changed ("" when they did not)."""
+        changes = self.input_changes(dataset)
+        if not changes:
+            return ""
+        more = f" and {len(changes) - 1} more" if len(changes) > 1 else ""
+        return f"input {changes[0][1]}: {changes[0][0]}{more}"
+
+    def input_problems(self, entries: list[DatasetEntry], troubled: set[str]) -> list[Problem]:
+        """For ``verify``: inputs not checked, and each input file that changed since its dataset was planned when
+        a shard of the dataset is not done (``troubled``): a file restored after a re-plan troubles no shard."""
+        problems = []
+        for entry in entries:
+            if entry.name not in troubled and not self.not_checked(entry.name):
+                continue
+            problems += [Problem(url, f"input {what} since {entry.name!r} was planned: re-materialize the blend")
+                         for url, what in self.input_changes(entry.name)]
+            if self.not_checked(entry.name):
+                problems.append(Problem(entry.path, self.not_checked(entry.name)))
+        return problems
+
+
+RECORDED = Plans()
+
+
 def read_plans(store: Storage, blend: Blend, base: str, entries: list[DatasetEntry]
                ) -> dict[str, SourceManifest | Problem]:
     """Each dataset's manifest, or the problem that stands in for it (which file, what to run)."""
@@ -139,10 +181,12 @@ class ShardKind:
 
 def shard_statuses(instance: dg.DagsterInstance, store: Storage, blend: Blend, base: str, sample: str | None,
                    kind: ShardKind, partitions_name: str,
-                   state_of: Callable[[SourceManifest, int], Freshness]) -> list[DatasetStatus]:
-    """One row per dataset of ``kind``; ``state_of(manifest, index)`` is a shard's freshness."""
+                   state_of: Callable[[SourceManifest, int], Freshness], plans_of: Plans = RECORDED
+                   ) -> list[DatasetStatus]:
+    """One row per dataset of ``kind``; ``state_of(manifest, index)`` is a shard's freshness against the plan
+    ``plans_of`` gives. A shard whose inputs could not be checked is never done."""
     entries = blend.datasets_of(kind.path)
-    plans = read_plans(store, blend, base, entries)
+    plans = plans_of.of(store, blend, base, entries)
     keys = [sample_key(sample, str(ShardKey(m.dataset, i))) for m, i in planned_shards(plans)]
     asset = [blend.name, kind.asset] if sample is None else [blend.name, "samples", kind.asset]
     history = partition_history(instance, dg.AssetKey(asset), partitions_name, keys)
@@ -156,18 +200,20 @@ def shard_statuses(instance: dg.DagsterInstance, store: Storage, blend: Blend, b
         if isinstance(plan, Problem):
             status.note = str(plan)
             continue
+        unchecked, changed = plans_of.not_checked(entry.name), plans_of.why_stale(entry.name)
+        status.note = unchecked
         for shard in plan.shards:
             key = str(ShardKey(entry.name, shard.index))
             status.planned += 1
             state = state_of(plan, shard.index)
-            if state.done:
+            if state.done and not unchecked:
                 status.done += 1
                 kind.count(status, state.receipt)
             elif sample_key(sample, key) in failed:
                 status.failed.append(key)
                 status.failed_because[key] = history.failed_because.get(sample_key(sample, key), "")
-            elif state.state is State.STALE:
-                status.stale[key] = state.reason
+            elif state.state is State.STALE or (state.done and unchecked):
+                status.stale[key] = unchecked or changed or state.reason
             else:
                 status.missing.append(key)
     return datasets

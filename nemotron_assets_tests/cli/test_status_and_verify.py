@@ -305,3 +305,59 @@ def test_a_post_training_blend_has_harmony_shards_and_no_megatron_blend(monkeypa
     assert main(["verify", "posttrain_sample"]) == 1  # nothing built yet: each dataset says what to run
     out = capsys.readouterr().out
     assert "materialize posttrain_sample/source_split partition 'text'" in out and "blend.json" not in out
+
+
+# --- the input files as they are now (defs/sources/current.py) ---------------------------------------------------
+def _wiki_file(sample_blends: Path) -> Path:
+    return sorted((sample_blends / "sample_data" / "wiki").iterdir())[0]
+
+
+def test_an_appended_line_makes_its_shards_stale_naming_the_file_until_it_is_restored(built, sample_blends, capsys):
+    source = _wiki_file(sample_blends)
+    original = source.read_bytes()
+    with source.open("a") as appended:
+        appended.write('{"text": "one more line"}\n')
+
+    wiki = _status(capsys)["wiki"]
+    assert wiki["done"] < wiki["planned"] and wiki["stale"]
+    assert set(wiki["stale"].values()) == {f"input changed: {source}"}
+    code, out, _ = _run(capsys, "verify", "sample")
+    assert code == 1
+    assert f"{source}: input changed since 'wiki' was planned" in out
+
+    source.write_bytes(original)  # restored: clean again, with no materialize in between
+    assert _status(capsys)["wiki"]["done"] == 3
+    assert _run(capsys, "verify", "sample")[0] == 0
+
+
+def test_a_rewritten_file_with_the_same_bytes_stays_done(built, sample_blends, capsys):
+    source = _wiki_file(sample_blends)
+    data = source.read_bytes()
+    source.unlink()
+    source.write_bytes(data)  # a new modification time: the file is hashed, and found the same
+    assert _status(capsys)["wiki"]["done"] == 3
+    assert _run(capsys, "verify", "sample")[0] == 0
+
+
+def test_after_a_replan_from_an_edited_file_and_a_restore_status_verify_and_materialize_agree(
+        built, env, sample_blends, capsys):
+    source = _wiki_file(sample_blends)
+    original = source.read_bytes()
+    source.write_bytes(original + b'{"text": "an edit"}\n')
+    assert _run(capsys, "materialize", "sample", "--select", "source_split")[0] == 0  # the plan follows the edit
+    source.write_bytes(original)
+
+    assert _status(capsys)["wiki"]["done"] == 3
+    code, out, _ = _run(capsys, "status", "sample")
+    assert "megatron_blend   1/1 done" in out
+    assert _run(capsys, "verify", "sample")[0] == 0
+    code, _, err = _run(capsys, "materialize", "sample")
+    assert code == 0 and "rebuilding" not in err and "wiki/shard_00000: up to date" in err
+
+
+def test_an_input_that_cannot_be_listed_is_never_done(built, sample_blends, capsys):
+    folder = sample_blends / "sample_data" / "wiki"
+    shutil.rmtree(folder)
+    wiki = _status(capsys)["wiki"]
+    assert wiki["done"] == 0 and wiki["note"].startswith("input not checked: ")
+    assert _run(capsys, "verify", "sample")[0] == 1

@@ -35,7 +35,7 @@ def toy_status(request: StatusRequest) -> list[StatusSection]:
     return [StatusSection("Toy counts", outputs=[OutputStatus("toy_count", "", "done" if written else "missing")])]
 
 
-def toy_problems(instance: dg.DagsterInstance, store, blend) -> list[Problem]:
+def toy_problems(instance: dg.DagsterInstance, store, blend, plans_of=None) -> list[Problem]:
     path = count_path(blend.name)
     if not store.exists(path):
         return [Problem(store.url(path), f"does not exist: materialize {blend.name}/toy_count")]

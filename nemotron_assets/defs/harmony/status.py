@@ -18,13 +18,14 @@ from nemotron_assets.core.partitions import Scope
 from nemotron_assets.core.pipeline import StatusRequest
 from nemotron_assets.core.records import Receipt
 from nemotron_assets.core.status import (
+    RECORDED,
     DatasetStatus,
+    Plans,
     Problem,
     ShardKind,
     StatusSection,
     output_statuses,
     planned_shards,
-    read_plans,
     shard_statuses,
 )
 from nemotron_assets.core.storage import Storage
@@ -51,19 +52,20 @@ def harmony_status(request: StatusRequest) -> list[StatusSection]:
     shards = StatusSection("Harmony shards", COLUMNS, datasets=shard_statuses(
         request.instance, store, blend, base, request.sample, SHARDS, scope.dynamic_name("harmony_shards"),
         lambda manifest, index: harmony_freshness(store, curation.datasets[manifest.dataset], base, manifest,
-                                                  index)))
+                                                  index), request.plans_of))
     if request.sample is not None:
         return [shards]
     return [shards, StatusSection("Post-training outputs",
                                   outputs=output_statuses(downstream_states(store, curation, base)))]
 
 
-def harmony_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
+def harmony_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, plans_of: Plans = RECORDED
+                     ) -> list[Problem]:
     curation = Curation.of(blend)
-    plans = read_plans(store, blend, blend.name, blend.datasets_of("harmony"))
+    plans = plans_of.of(store, blend, blend.name, blend.datasets_of("harmony"))
     if not plans:
         return []
-    problems = [plan for plan in plans.values() if isinstance(plan, Problem)]
+    problems, troubled = [plan for plan in plans.values() if isinstance(plan, Problem)], set()
     for manifest, index in planned_shards(plans):
         key = ShardKey(manifest.dataset, index)
         prefix = harmony_shard_prefix(blend.name, key)
@@ -72,8 +74,10 @@ def harmony_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend)
         if not state.done:
             rerun = f"re-materialize {blend.name}/harmony_shard partition '{key}'"
             problems.append(Problem(store.url(f"{prefix}.parquet"), f"{state.state.value}: {state.reason}: {rerun}"))
+            troubled.add(manifest.dataset)
             continue
         problems += parquet_problems(store, f"{prefix}.parquet", state.receipt.stats["records"], HARMONY_SCHEMA)
+    problems = plans_of.input_problems(blend.datasets_of("harmony"), troubled) + problems
     if problems:
         return problems  # what is built from the shards cannot be judged until they are right
     for output in downstream_states(store, curation, blend.name, read_content=True):

@@ -15,13 +15,14 @@ from nemotron_assets.core.partitions import Scope
 from nemotron_assets.core.pipeline import StatusRequest
 from nemotron_assets.core.records import Receipt, output_path, receipt_path
 from nemotron_assets.core.status import (
+    RECORDED,
     DatasetStatus,
     OutputStatus,
+    Plans,
     Problem,
     ShardKind,
     StatusSection,
     planned_shards,
-    read_plans,
     shard_statuses,
 )
 from nemotron_assets.core.storage import Storage
@@ -46,7 +47,8 @@ def jsonl_status(request: StatusRequest) -> list[StatusSection]:
     scope = Scope(blend.name, samples=request.sample is not None)
     section = StatusSection("JSONL shards", COLUMNS, datasets=shard_statuses(
         request.instance, store, blend, base, request.sample, SHARDS, scope.dynamic_name("jsonl_shards"),
-        lambda manifest, index: jsonl_freshness(store, datasets[manifest.dataset], base, manifest, index)))
+        lambda manifest, index: jsonl_freshness(store, datasets[manifest.dataset], base, manifest, index),
+        request.plans_of))
     if request.sample is None:
         state = manifest_freshness(store, datasets, base)
         written = sum(state.receipt.stats["rows"].values()) if state.done else 0
@@ -54,13 +56,14 @@ def jsonl_status(request: StatusRequest) -> list[StatusSection]:
     return [section]
 
 
-def jsonl_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
+def jsonl_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, plans_of: Plans = RECORDED
+                   ) -> list[Problem]:
     """Each JSONL shard hashed against its receipt and read back line by line; then the manifest."""
     datasets = jsonl_datasets(blend)
-    plans = read_plans(store, blend, blend.name, blend.datasets_of("jsonl"))
+    plans = plans_of.of(store, blend, blend.name, blend.datasets_of("jsonl"))
     if not plans:
         return []
-    problems = [plan for plan in plans.values() if isinstance(plan, Problem)]
+    problems, troubled = [plan for plan in plans.values() if isinstance(plan, Problem)], set()
     for manifest, index in planned_shards(plans):
         key = ShardKey(manifest.dataset, index)
         prefix = jsonl_shard_prefix(blend.name, key)
@@ -69,9 +72,11 @@ def jsonl_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -
             rerun = f"re-materialize {blend.name}/jsonl_shard partition '{key}'"
             problems.append(Problem(_blamed_file(store, prefix, state.receipt, state.reason),
                                     f"{state.state.value}: {state.reason}: {rerun}"))
+            troubled.add(manifest.dataset)
             continue
         read_back = shard_problems(store, prefix, state.receipt)
         problems += [Problem(store.url(path), why) for path, why in read_back.items()]
+    problems = plans_of.input_problems(blend.datasets_of("jsonl"), troubled) + problems
     if problems:
         return problems  # the manifest cannot be judged until the shards are right
     state = manifest_freshness(store, datasets, blend.name, read_content=True)

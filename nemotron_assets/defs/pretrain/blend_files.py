@@ -125,11 +125,14 @@ def build_blend_files(store: Storage, listing: BlendListing, settings: PretrainS
 
 
 def blend_files_output(store: Storage, listing: BlendListing, settings: PretrainSettings, base: str,
-                       allow_missing: bool = False) -> tuple[dict[str, SourceManifest], BlendFiles, Output]:
+                       allow_missing: bool = False, manifests: dict[str, SourceManifest] | None = None
+                       ) -> tuple[dict[str, SourceManifest], BlendFiles, Output]:
     """The blend files of the shards under ``base`` as one output (core/step.py): its receipt is
     ``pretrain/blend.receipt.json``. The files are a pure function of the shards' receipts and the blend's weights,
-    so what decides their bytes (the receipt's inputs) is their content as that function gives it now."""
-    manifests = {name: require_manifest(store, listing.name, base, name) for name in listing.datasets}
+    so what decides their bytes (the receipt's inputs) is their content as that function gives it now.
+    ``manifests``: the plans to judge the shards by (default: as recorded)."""
+    if manifests is None:
+        manifests = {name: require_manifest(store, listing.name, base, name) for name in listing.datasets}
     files = build_blend_files(store, listing, settings, manifests, settings.tokenizer_identity(), base,
                               allow_missing=allow_missing)
     folder = pretrain_dir(base)
@@ -138,10 +141,12 @@ def blend_files_output(store: Storage, listing: BlendListing, settings: Pretrain
     return manifests, files, Output(f"{folder}/blend.receipt", inputs, "megatron_blend", "blend")
 
 
-def blend_files_freshness(store: Storage, listing: BlendListing, settings: PretrainSettings, base: str) -> Freshness:
+def blend_files_freshness(store: Storage, listing: BlendListing, settings: PretrainSettings, base: str,
+                          manifests: dict[str, SourceManifest] | None = None) -> Freshness:
     """The blend files' state by the one definition: stale if built while their shards are not all up to date."""
     return freshness_when_ready(store, f"{pretrain_dir(base)}/blend.receipt",
-                                lambda: blend_files_output(store, listing, settings, base)[2].inputs,
+                                lambda: blend_files_output(store, listing, settings, base,
+                                                           manifests=manifests)[2].inputs,
                                 not_ready=(NotReady, ValueError))
 
 

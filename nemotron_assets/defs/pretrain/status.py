@@ -20,13 +20,14 @@ from nemotron_assets.core.pipeline import StatusRequest
 from nemotron_assets.core.records import Freshness, NotReady, Receipt, State, freshness, receipt_path
 from nemotron_assets.core.run_history import partition_history
 from nemotron_assets.core.status import (
+    RECORDED,
     DatasetStatus,
     OutputStatus,
+    Plans,
     Problem,
     ShardKind,
     StatusSection,
     planned_shards,
-    read_plans,
     shard_statuses,
 )
 from nemotron_assets.core.storage import Storage
@@ -73,17 +74,22 @@ def pretrain_status(request: StatusRequest) -> list[StatusSection]:
     scope = Scope(blend.name, samples=request.sample is not None)
     section.datasets = shard_statuses(
         request.instance, store, blend, base, request.sample, SHARDS, scope.dynamic_name("pretrain_shards"),
-        lambda manifest, index: shard_freshness(store, settings, base, manifest, index, tokenizer))
+        lambda manifest, index: shard_freshness(store, settings, base, manifest, index, tokenizer),
+        request.plans_of)
     if request.sample is None:
-        state = blend_files_freshness(store, listing, settings, base)
+        plans = request.plans_of.of(store, blend, base, blend.datasets_of("pretrain"))
+        manifests = {name: plan for name, plan in plans.items() if not isinstance(plan, Problem)}
+        state = blend_files_freshness(store, listing, settings, base,
+                                      manifests if len(manifests) == len(plans) else None)
         listed = {"shards listed": int(state.receipt.stats["shards"])} if state.done else {}
         section.outputs.append(OutputStatus("megatron_blend", "", state.state.value, state.reason, counts=listed))
     return [section]
 
 
 # --- verify -------------------------------------------------------------------------------------------------------
-def pretrain_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
-    plans = read_plans(store, blend, blend.name, blend.datasets_of("pretrain"))
+def pretrain_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, plans_of: Plans = RECORDED
+                      ) -> list[Problem]:
+    plans = plans_of.of(store, blend, blend.name, blend.datasets_of("pretrain"))
     if not plans:
         return []  # no pretraining datasets: there is no blend.json to check
     settings = PretrainSettings.of(blend)
@@ -94,10 +100,13 @@ def pretrain_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend
     keys = [str(ShardKey(m.dataset, i)) for m, i in planned_shards(plans)]
     history = partition_history(instance, dg.AssetKey([blend.name, PRETRAIN_SHARD]),
                                 Scope(blend.name).dynamic_name("pretrain_shards"), keys, with_metadata=True)
-    problems = [plan for plan in plans.values() if isinstance(plan, Problem)]
+    problems, troubled = [plan for plan in plans.values() if isinstance(plan, Problem)], set()
     for manifest, index in planned_shards(plans):
         recorded = history.metadata.get(str(ShardKey(manifest.dataset, index)))
-        problems.extend(verify_shard_files(store, blend.name, settings, manifest, index, tokenizer, recorded))
+        found = verify_shard_files(store, blend.name, settings, manifest, index, tokenizer, recorded)
+        troubled |= {manifest.dataset} if found else set()
+        problems.extend(found)
+    problems = plans_of.input_problems(blend.datasets_of("pretrain"), troubled) + problems
     return problems + verify_blend_files(store, blend, settings, plans, tokenizer)
 
 

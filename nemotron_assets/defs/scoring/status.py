@@ -18,7 +18,7 @@ from nemotron_assets.core.layout import base_dir
 from nemotron_assets.core.pipeline import StatusRequest
 from nemotron_assets.core.records import NotReady, freshness_when_ready, read_receipt
 from nemotron_assets.core.sections import DIVERSE, split_selection
-from nemotron_assets.core.status import OutputState, Problem, StatusSection, output_statuses
+from nemotron_assets.core.status import RECORDED, OutputState, Plans, Problem, StatusSection, output_statuses
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.layout import PoolPartKey, embedding_view_path, pool_part_path
 from nemotron_assets.defs.scoring.inputs import (
@@ -99,7 +99,8 @@ def scoring_status(request: StatusRequest) -> list[StatusSection]:
                                                                            base_dir(request.blend.name))))]
 
 
-def scoring_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
+def scoring_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, plans_of: Plans = RECORDED
+                     ) -> list[Problem]:
     """Every problem of the full build's scoring outputs: each file hashed against its receipt, then read back."""
     scoring = Scoring.of(blend)
     problems = []

@@ -20,7 +20,7 @@ from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey, base_dir
 from nemotron_assets.core.pipeline import StatusRequest
 from nemotron_assets.core.records import NotReady, Receipt, freshness_when_ready, read_manifest
-from nemotron_assets.core.status import OutputState, Problem, StatusSection, output_statuses
+from nemotron_assets.core.status import RECORDED, OutputState, Plans, Problem, StatusSection, output_statuses
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft import samples_file
 from nemotron_assets.defs.sft.inputs import (
@@ -107,7 +107,8 @@ def sft_status(request: StatusRequest) -> list[StatusSection]:
 
 
 # --- verify -------------------------------------------------------------------------------------------------------
-def sft_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend) -> list[Problem]:
+def sft_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, plans_of: Plans = RECORDED
+                 ) -> list[Problem]:
     """Every problem of the full build's packed SFT."""
     try:
         outputs = sft_states(store, PackedSft.of(blend), blend.name, read_content=True)

@@ -11,13 +11,13 @@ that dataset (core/partitions.py ``register_block``).
 
 import dagster as dg
 
-from nemotron_assets.core.layout import ShardKey, sample_rows
+from nemotron_assets.core.layout import ShardKey, input_stamps_path, sample_rows
 from nemotron_assets.core.partitions import register_block
 from nemotron_assets.core.pipeline import Assets, BlendScope
 from nemotron_assets.core.records import write_manifest
 from nemotron_assets.core.reporting import materialize_partitions, partitioned_asset
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.defs.sources.manifest import build_manifest
+from nemotron_assets.defs.sources.manifest import measure_dataset, measured_before
 from nemotron_assets.defs.sources.preflight import check_before_reading
 from nemotron_assets.sources.manifest import SourceManifest
 
@@ -41,9 +41,13 @@ def build_sources_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
             sample, dataset = scope.split(partition)
             entry = blend.entry(dataset)
             check_before_reading(blend, blend_file, [dataset])
-            manifest = build_manifest(blend, entry, blend_file.parent,
-                                      max_rows=sample_rows(sample) if sample else None)
-            relative = write_manifest(store, scope.base(sample), manifest)
+            base = scope.base(sample)
+            max_rows = sample_rows(sample) if sample else None
+            measured = measure_dataset(blend, entry, blend_file.parent, max_rows,
+                                       known=measured_before(store, base, dataset))
+            manifest = measured.manifest
+            relative = write_manifest(store, base, manifest)
+            store.write_bytes(input_stamps_path(base, dataset), measured.stamps_bytes())
             register_shards(context.instance, scope.dynamic_name(f"{entry.kind}_shards"),
                             scope.qualify(sample, f"{dataset}/"), manifest,
                             lambda key: scope.qualify(sample, key))
