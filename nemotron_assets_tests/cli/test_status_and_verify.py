@@ -352,7 +352,7 @@ def test_after_a_replan_from_an_edited_file_and_a_restore_status_verify_and_mate
     assert "megatron_blend   1/1 done" in out
     assert _run(capsys, "verify", "sample")[0] == 0
     code, _, err = _run(capsys, "materialize", "sample")
-    assert code == 0 and "rebuilding" not in err and "wiki/shard_00000: up to date" in err
+    assert code == 0 and "rebuilding" not in err and "wiki/shard_00000: up to date" in err, err
 
 
 def test_an_input_that_cannot_be_listed_is_never_done(built, sample_blends, capsys):

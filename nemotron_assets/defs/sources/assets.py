@@ -2,8 +2,9 @@
 
     source_split (one partition per dataset)  -> the shards of every other pipeline
 
-The step checks what can be checked without reading (preflight.py), measures and plans the dataset (manifest.py),
-writes ``<base>/sources/<dataset>/manifest.json``, and registers the dataset's shard partitions in the dynamic
+The step checks what can be checked without reading (preflight.py), measures and plans the dataset (manifest.py;
+files unchanged since the last measurement are not read again), writes ``<base>/sources/<dataset>/manifest.json``
+and the input files' modification times (``stamps.json``), and registers the dataset's shard partitions in the dynamic
 partitions set of its path (``<blend>__pretrain_shards``, ``__harmony_shards`` or ``__jsonl_shards``), one
 contiguous block per dataset, so a partition range ``<dataset>/shard_00000...<dataset>/shard_NNNNN`` covers exactly
 that dataset (core/partitions.py ``register_block``).
