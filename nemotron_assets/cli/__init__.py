@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     mat.add_argument("--executor", choices=("in_process", "multiprocess"), default=None,
                      help="in_process (the default of every run): each run's steps in its process; multiprocess: "
                           "one process per step")
-    mat.add_argument("--log-level", default="INFO", help="console log level (default INFO)")
+    mat.add_argument("--log-level", default=None,
+                     help="console log level (default INFO; DEBUG with --dagster-logs, where the events are)")
     mat.add_argument("--dagster-logs", action="store_true", help="print Dagster's full event log instead of one "
                                                                   "line per message")
     stat = commands.add_parser("status", help="shards planned / done / stale / failed / missing, tokens, rows")

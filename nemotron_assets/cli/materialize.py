@@ -199,7 +199,8 @@ def run_config(repo: dg.RepositoryDefinition, asset_key: dg.AssetKey, step: Step
     if args.executor:
         config["execution"] = {"config": {args.executor: {}}}
     logger = "console" if args.dagster_logs else "compact_console"
-    config["loggers"] = {logger: {"config": {"log_level": args.log_level.upper()}}}
+    level = args.log_level or ("DEBUG" if args.dagster_logs else "INFO")  # Dagster logs its events at DEBUG
+    config["loggers"] = {logger: {"config": {"log_level": level.upper()}}}
     return config
 
 

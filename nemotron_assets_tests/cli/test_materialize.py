@@ -53,6 +53,15 @@ def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
     assert (tmp_path / "data" / "sample" / "pretrain" / "code" / "shard_00000.idx").exists()
 
 
+def test_dagster_logs_alone_prints_the_event_log_and_the_default_does_not(cli_env):
+    events = ("RUN_START", "STEP_START", "RUN_SUCCESS")
+    full = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split", "--dagster-logs"],
+                cli_env)
+    assert full.returncode == 0 and all(event in full.stderr for event in events), full.stderr[-2000:]
+    compact = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split"], cli_env)
+    assert compact.returncode == 0 and not any(event in compact.stderr for event in events), compact.stderr[-2000:]
+
+
 def test_unknown_blend_partition_and_deployment_fail_with_a_clear_message_and_exit_2(cli_env):
     done = _run(["-m", "nemotron_assets", "materialize", "nosuch"], cli_env)
     assert done.returncode == 2 and "no blend 'nosuch'" in done.stderr and "sample" in done.stderr
