@@ -56,6 +56,9 @@ def test_an_intact_build_has_no_problem_and_every_output_is_done(built):
     assert {o.state for o in report.outputs} == {"done"}
     assert {o.asset for o in report.outputs} == {"harmony_dedup", "candidate_pool", "embedding_view",
                                                   "behavior_report"}
+    [report_row] = [o for o in report.outputs if o.asset == "behavior_report"]
+    behavior_views = [o for o in report.outputs if o.asset == "embedding_view" and o.key.startswith("behavior/")]
+    assert report_row.rows == sum(o.rows for o in behavior_views) > 0  # the rows it reports on, not 0
 
 
 def test_changed_shard_bytes_are_named_stale_and_hold_back_the_downstream_checks(built):

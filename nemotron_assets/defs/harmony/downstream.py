@@ -226,8 +226,9 @@ def materialize_report(store: Storage, curation: Curation, base: str, force: boo
     relative = behavior_report_path(base)
 
     def build(folder: Path) -> Staged:
-        (folder / "report.md").write_text(behavior_markdown(store, base))
-        return Staged({".md": folder / "report.md"}, {})
+        markdown, rows = behavior_markdown(store, base)
+        (folder / "report.md").write_text(markdown)
+        return Staged({".md": folder / "report.md"}, {"rows": rows})  # the rows of every pool's behavior view
 
     prefix = prefix_of(relative)
     outcome = build_output(store, Output(prefix, report_inputs(store, curation, base), REPORT_FORMAT, prefix), build,

@@ -16,10 +16,11 @@ from nemotron_assets.defs.harmony.pools import POOL_NAMES
 TOP_SIGNATURES = 5
 
 
-def behavior_markdown(store: Storage, base: str) -> str:
-    """Per pool: rows, rows with tool calls, distinct behavior signatures, and the most common ones."""
+def behavior_markdown(store: Storage, base: str) -> tuple[str, int]:
+    """Per pool: rows, rows with tool calls, distinct behavior signatures, and the most common ones; and the rows
+    reported, over every pool."""
     lines = ["| pool | rows | with tool calls | distinct signatures | uniqueness |", "|---|---:|---:|---:|---:|"]
-    details = []
+    details, reported = [], 0
     for pool in POOL_NAMES:
         view = pl.scan_parquet(store.url(embedding_view_path(base, "behavior", pool)),
                                storage_options=store.polars_options()).select("embed_text", "meta_tool_call_count")
@@ -27,10 +28,10 @@ def behavior_markdown(store: Storage, base: str) -> str:
             engine="streaming").row(0)
         counts = (view.group_by("embed_text").agg(pl.len().alias("n"))
                   .sort(["n", "embed_text"], descending=[True, False]).collect(engine="streaming"))
-        distinct = len(counts)
+        distinct, reported = len(counts), reported + rows
         uniqueness = f"{distinct / rows:.2f}" if rows else "-"
         lines.append(f"| {pool} | {rows:,} | {with_calls or 0:,} | {distinct:,} | {uniqueness} |")
         if rows:
             details.append(f"\n**{pool}**: most common behaviors\n")
             details += [f"- {n} × `{text}`" for text, n in counts.head(TOP_SIGNATURES).iter_rows()]
-    return "\n".join(["**Behavior signatures per pool**", "", *lines, *details])
+    return "\n".join(["**Behavior signatures per pool**", "", *lines, *details]), reported
