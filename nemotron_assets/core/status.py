@@ -213,7 +213,9 @@ def shard_statuses(instance: dg.DagsterInstance, store: Storage, blend: Blend, b
                 status.failed.append(key)
                 status.failed_because[key] = history.failed_because.get(sample_key(sample, key), "")
             elif state.state is State.STALE or (state.done and unchecked):
-                status.stale[key] = unchecked or changed or state.reason
+                # a shard stale because its source rows changed: name the input file instead of two hashes
+                from_inputs = changed if 'source="' in state.reason else ""
+                status.stale[key] = unchecked or from_inputs or state.reason
             else:
                 status.missing.append(key)
     return datasets

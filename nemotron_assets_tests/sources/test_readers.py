@@ -502,6 +502,35 @@ def test_manifest_measures_files_and_its_shards_reproduce_the_input(tmp_path):
     assert stats.rows == 40
 
 
+def test_a_file_with_its_recorded_size_and_mtime_is_not_read_again_and_any_other_is(tmp_path):
+    import dataclasses
+    import os
+
+    from nemotron_assets.defs.sources.manifest import Measured, _unchanged, measure_dataset
+
+    path = tmp_path / "ds/part-0.jsonl"
+    write_data(path, TEXTS[:25])
+    blend, entry = blend_with(tmp_path / "ds")
+    first = measure_dataset(blend, entry, tmp_path)
+    assert first.stamps == {str(path): path.stat().st_mtime_ns}
+    # same size and modification time, other bytes: provably "the same file" by the rule, so it is not read
+    stamp = path.stat().st_mtime_ns
+    path.write_bytes(path.read_bytes().replace(b"a", b"b", 1))
+    os.utime(path, ns=(stamp, stamp))
+    assert measure_dataset(blend, entry, tmp_path, known=first).manifest == first.manifest
+    # another modification time: read and hashed again
+    os.utime(path, ns=(stamp + 1_000_000, stamp + 1_000_000))
+    again = measure_dataset(blend, entry, tmp_path, known=first)
+    assert again.manifest.files[0].fingerprint != first.manifest.files[0].fingerprint
+    assert again.stamps[str(path)] == stamp + 1_000_000
+    # an S3 object: its ETag decides, with no modification time
+    before = dataclasses.replace(first.manifest.files[0], url="s3://b/k.jsonl", fingerprint="etag:1")
+    known = Measured(first.manifest)
+    assert _unchanged(dataclasses.replace(before, rows=0), None, before, known)
+    assert not _unchanged(dataclasses.replace(before, fingerprint="etag:2"), None, before, known)
+    assert not _unchanged(dataclasses.replace(before, size=before.size + 1), None, before, known)
+
+
 def test_manifest_max_rows_keeps_the_first_rows(tmp_path):
     write_data(tmp_path / "ds/part-0.jsonl", TEXTS[:25])
     write_data(tmp_path / "ds/part-1.jsonl", TEXTS[25:])
