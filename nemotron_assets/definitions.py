@@ -24,7 +24,7 @@ import dagster as dg
 
 from nemotron_assets.cli.console import compact_console
 from nemotron_assets.core import settings
-from nemotron_assets.core.automation import build_sensor, rebuild_when_inputs_change_sensor
+from nemotron_assets.core.automation import build_sensor, post_training_sensor
 from nemotron_assets.core.blend import BrokenBlend, load_blend_folder
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.partitions import Scope
@@ -67,9 +67,9 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
                       if step.build_stage is not None]
             if staged:
                 automation.append(build_sensor(blend_scope, staged))
-            eager = [built[name] for pipeline in applying for name in pipeline.rebuilt_when_inputs_change]
-            if eager:
-                automation.append(rebuild_when_inputs_change_sensor(blend, eager))
+            followed = [built[name] for pipeline in applying for name in pipeline.rebuilt_when_inputs_change]
+            if followed:
+                automation.append(post_training_sensor(blend, followed, list(built.values())))
     storage = StorageResource.from_environment(data_root or settings.data_root())
     return dg.Definitions(
         assets=assets + [broken_blend_asset(bad) for bad in folder.broken],

@@ -14,8 +14,6 @@ import time
 import dagster as dg
 
 SHOWN_EVENTS = {"STEP_FAILURE": "FAILED", "STEP_UP_FOR_RETRY": "retrying", "RUN_FAILURE": "run failed"}
-# Dagster warns that a partition-by-partition asset (core/reporting.py) yielded no output: expected, not news.
-EXPECTED_WARNINGS = ("did not yield or return expected outputs",)
 
 
 class CompactFormatter(logging.Formatter):
@@ -38,10 +36,7 @@ class CompactFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         meta = getattr(record, "dagster_meta", None) or {}
         event = meta.get("dagster_event")
-        if event is not None:
-            return event.event_type_value in SHOWN_EVENTS
-        message = meta.get("orig_message") or record.getMessage()
-        return not any(expected in message for expected in EXPECTED_WARNINGS)
+        return event is None or event.event_type_value in SHOWN_EVENTS
 
 
 @dg.logger(config_schema={"log_level": dg.Field(str, default_value="INFO", is_required=False)},
@@ -67,4 +62,6 @@ def _error_line(event) -> str:
         error = error.cause
     if error is None:
         return ""
+    if error.cls_name == "DagsterExecutionInterruptedError":  # the step unwound after a signal (cli/interrupts.py)
+        return "interrupted"
     return error.message.split(": ", 1)[-1] if error.cls_name == "Failure" else error.message

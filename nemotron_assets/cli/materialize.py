@@ -74,7 +74,7 @@ def materialize(args: argparse.Namespace) -> int:
     check_before_reading(blend, blend_file, [request.dataset] if request.dataset else None)
 
     cluster = settings.deployment() == "cluster"
-    instance = open_instance(launching=cluster)
+    instance = open_instance(launching=cluster, console_level=None if cluster else console_level(args))
     with Interrupts() as interrupts:
         try:
             build(args, request, instance, cluster, interrupts)
@@ -199,9 +199,13 @@ def run_config(repo: dg.RepositoryDefinition, asset_key: dg.AssetKey, step: Step
     if args.executor:
         config["execution"] = {"config": {args.executor: {}}}
     logger = "console" if args.dagster_logs else "compact_console"
-    level = args.log_level or ("DEBUG" if args.dagster_logs else "INFO")  # Dagster logs its events at DEBUG
-    config["loggers"] = {logger: {"config": {"log_level": level.upper()}}}
+    config["loggers"] = {logger: {"config": {"log_level": console_level(args)}}}
     return config
+
+
+def console_level(args: argparse.Namespace) -> str:
+    """``--log-level``, else DEBUG with ``--dagster-logs`` (Dagster logs its events at DEBUG), else INFO."""
+    return (args.log_level or ("DEBUG" if args.dagster_logs else "INFO")).upper()
 
 
 def execute(origin, repo, instance: dg.DagsterInstance, asset_key: dg.AssetKey, asset: str,

@@ -20,6 +20,7 @@ import dagster as dg
 
 from nemotron_assets.core import settings
 from nemotron_assets.core.processes import owner_alive
+from nemotron_assets.core.runs import terminal_instance
 
 LOCK_FILE = ".nemotron-instance.lock"
 LAUNCHED_BY_TAG = "nemotron/launched_by"
@@ -56,11 +57,12 @@ def instance_lock(home: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def open_instance(*, launching: bool = False) -> dg.DagsterInstance:
-    """The instance of ``DAGSTER_HOME`` with every storage initialised, under the lock."""
+def open_instance(*, launching: bool = False, console_level: str | None = None) -> dg.DagsterInstance:
+    """The instance of ``DAGSTER_HOME`` with every storage initialised, under the lock. With ``console_level``:
+    made for runs executed in this process and shown on a terminal at that level (runs.py ``terminal_instance``)."""
     home = dagster_home(launching=launching)
     with instance_lock(home):
-        instance = dg.DagsterInstance.get()
+        instance = dg.DagsterInstance.get() if console_level is None else terminal_instance(home, console_level)
         instance.get_runs(limit=1)  # run storage
         instance.get_dynamic_partitions("nemotron__init")  # event log storage (its index shard)
         instance.all_instigator_state()  # schedule storage

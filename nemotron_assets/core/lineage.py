@@ -37,7 +37,7 @@ import dagster as dg
 from pydantic import Field
 
 from nemotron_assets.core.layout import ShardKey, manifest_path
-from nemotron_assets.core.records import output_path, read_receipt
+from nemotron_assets.core.records import output_path, read_receipt, receipt_path
 from nemotron_assets.core.storage import Storage
 
 ENABLE_VARIABLE = "NEMOTRON_WANDB"
@@ -168,7 +168,7 @@ def shards_artifact(store: Storage, blend: str, dataset: str, manifest, outputs:
         if receipt is None:
             continue
         receipts[str(key)] = {name: receipt.stats[name] for name in outputs.stats}
-        references.append(reference(store, f"{prefix}.json", checksum=True))
+        references.append(reference(store, receipt_path(prefix), checksum=True))
         names = outputs.data_suffixes or tuple(receipt.files)
         references += [reference(store, output_path(prefix, name), checksum=False) for name in names]
     artifact = wandb.Artifact(_name(f"{blend}-{dataset}-{outputs.artifact_suffix}"), type=outputs.artifact_type,
@@ -199,7 +199,7 @@ def receipt_artifact(store: Storage, described: ReceiptArtifact, metadata: dict 
         if receipt is None:
             continue
         stats[prefix] = receipt.stats
-        references.append(reference(store, f"{prefix}.json", checksum=True))
+        references.append(reference(store, receipt_path(prefix), checksum=True))
         references += [reference(store, output_path(prefix, name), checksum=name.endswith((".json", ".md")))
                        for name in sorted(receipt.files)]
     artifact = wandb.Artifact(_name(described.name), type=described.type,

@@ -123,7 +123,7 @@ class Pipeline:
     steps: tuple[Step, ...]
     assets: Callable[[BlendScope, Assets], Assets]  # (this blend and scope, the upstream pipelines' assets)
     automation: Callable[[BlendScope, Assets], list] = _no_automation  # sensors and schedules of the full build
-    #: assets the blend's automation-condition sensor rebuilds once their inputs changed (eager)
+    #: assets the blend's post-training sensor rebuilds once their inputs changed (core/automation.py)
     rebuilt_when_inputs_change: tuple[str, ...] = ()
     status: Callable[[StatusRequest], list[StatusSection]] = _no_status
     problems: Callable[[dg.DagsterInstance, Storage, Blend, Plans], list[Problem]] = _no_problems

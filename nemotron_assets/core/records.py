@@ -5,14 +5,19 @@ definition of "up to date".
 format, compression, rows, content hash or ETag) and the shard plan (row ranges of those files per shard).
 ``SourceManifest.shard_fingerprint`` is the identity of one shard's input.
 
-**Receipts.** Every step that publishes files (a tokenized shard, a Harmony shard, ...) writes a *receipt* next to
-them, last, after deleting the old one first: a shard without a readable receipt is not done. The receipt says
+**Receipts.** Every step that publishes files (a tokenized shard, a Harmony shard, ...) writes a *receipt* beside
+them, last, after deleting the old one first: a shard without a readable receipt is not done. Receipts live in a
+hidden ``.receipts/`` folder beside the outputs (``receipt_path``), so a folder of Parquet or JSONL files holds only
+data and a trainer can be pointed at it (``pyarrow.dataset`` skips names starting with ``.``, ``datasets`` skips
+hidden folders). Files a trainer does not read (a pool's ``manifest.json``, a packed shard's samples listing) lie in
+a hidden ``.meta/`` folder beside the data, for the same reason. A tree written before these folders existed is
+read where it lies (``stored_path``) and moved by the next build (core/upgrade.py). The receipt says
 
 - ``inputs``: everything that determines the bytes of the files: the source rows and file versions, the
   tokenizer file's hash, every processing setting and the code's format version. Its sha256 is
   ``inputs_sha256``.
 - ``files``: each published file's size and sha256, as written, named by its suffix (``.bin``) or by its path
-  relative to the receipt's folder (``train/shard_00000.jsonl``; ``output_path``).
+  relative to the prefix's folder (``train/shard_00000.jsonl``, ``.meta/manifest.json``; ``output_path``).
 - ``committed``: each file's storage stamp right after the commit (modification time on local disk, ETag on S3),
   so a file changed afterwards is noticed without reading it. This is the only part of a receipt that differs
   between two builds of the same inputs.
@@ -132,25 +137,74 @@ def inputs_sha256(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
+RECEIPTS_DIR = ".receipts"  # beside the outputs: <folder>/.receipts/<name>.json
+META_DIR = ".meta"  # beside the data: what a trainer does not read (manifests, listings, duplicates)
+
+
 def receipt_path(prefix: str) -> str:
-    """The receipt of the outputs at ``prefix`` (``.../shard_00000`` -> ``.../shard_00000.json``)."""
-    return f"{prefix}.json"
+    """The receipt of the outputs at ``prefix``, in the hidden folder beside them (``.../shard_00000`` ->
+    ``.../.receipts/shard_00000.json``)."""
+    folder, _, name = prefix.rpartition("/")
+    return f"{folder}/{RECEIPTS_DIR}/{name}.json" if folder else f"{RECEIPTS_DIR}/{name}.json"
+
+
+def meta_path(folder: str, name: str) -> str:
+    """A file beside the data of ``folder`` that a trainer does not read: ``<folder>/.meta/<name>``."""
+    return f"{folder}/{META_DIR}/{name}"
+
+
+def legacy_path(path: str) -> str:
+    """Where a receipt or a ``.meta/`` file lay before those folders existed: the same name in the folder above
+    (``.../.receipts/shard_00000.json`` -> ``.../shard_00000.json``, ``.../.meta/manifest.json`` ->
+    ``.../manifest.json``). Other paths are their own legacy place."""
+    folder, _, name = path.rpartition("/")
+    parent, _, hidden = folder.rpartition("/")
+    if hidden not in (RECEIPTS_DIR, META_DIR):
+        return path
+    return f"{parent}/{name}" if parent else name
+
+
+def stored_path(store: Storage, path: str) -> str:
+    """``path``, or its legacy place when only that exists: a tree written before ``.receipts/`` and ``.meta/`` is
+    read where it lies (``status`` and ``verify`` write nothing; the next build moves it, core/upgrade.py)."""
+    legacy = legacy_path(path)
+    if legacy != path and not store.exists(path) and store.exists(legacy):
+        return legacy
+    return path
 
 
 def output_path(prefix: str, name: str) -> str:
-    """Where the file a receipt lists under ``name`` lives: a suffix (``.bin``) follows the prefix
-    (``.../shard_00000.bin``); a path (``train/shard_00000.jsonl``, for outputs spread over folders such as the JSONL
-    splits) is relative to the receipt's folder."""
-    return prefix + name if name.startswith(".") else f"{prefix.rsplit('/', 1)[0]}/{name}"
+    """Where the file a receipt lists under ``name`` lives. A name that starts with ``.`` and holds no ``/`` is a
+    suffix of the prefix (``.bin``: ``.../shard_00000.bin``); any other name is a path relative to the prefix's
+    folder (``train/shard_00000.jsonl`` for the JSONL splits, ``.meta/shard_00000.samples.parquet`` for a side file,
+    ``manifest.json``)."""
+    if name.startswith(".") and "/" not in name:
+        return prefix + name
+    folder = prefix.rpartition("/")[0]
+    return f"{folder}/{name}" if folder else name
 
 
 def read_receipt(store: Storage, prefix: str) -> Receipt | None:
-    """The receipt at ``prefix``, or None if there is none or it is unreadable (either way: not done)."""
+    """The receipt at ``prefix`` (at its legacy place in a tree not moved yet), or None if there is none or it is
+    unreadable (either way: not done)."""
+    return _stored_receipt(store, prefix)[0]
+
+
+def _stored_receipt(store: Storage, prefix: str) -> tuple[Receipt | None, bool]:
+    """(the receipt or None, whether a file lies at its place): one read where it is, two where it is not."""
     path = receipt_path(prefix)
-    if not store.exists(path):
-        return None
+    for place in (path, legacy_path(path)):
+        try:
+            return parse_receipt(store.read_bytes(place)), True
+        except FileNotFoundError:
+            continue
+    return None, False
+
+
+def parse_receipt(data: bytes) -> Receipt | None:
+    """The receipt in ``data``, or None when it is not a readable receipt of this version."""
     try:
-        return Receipt.from_bytes(store.read_bytes(path))
+        return Receipt.from_bytes(data)
     except (ValueError, UnicodeDecodeError, TypeError):
         return None
 
@@ -184,9 +238,8 @@ def freshness(store: Storage, prefix: str, expected_inputs: dict, *, read_conten
     A file whose stamp moved since the commit is hashed: same bytes (e.g. copied back) still count as done.
     ``read_content`` hashes every file whatever its stamp (``verify`` does; ``materialize`` does not).
     """
-    receipt = read_receipt(store, prefix)
+    receipt, exists = _stored_receipt(store, prefix)
     if receipt is None:
-        exists = store.exists(receipt_path(prefix))
         return Freshness(State.MISSING, "its receipt is not readable" if exists else "it has no receipt")
     for suffix, recorded in receipt.files.items():
         relative = output_path(prefix, suffix)

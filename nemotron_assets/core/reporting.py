@@ -108,7 +108,8 @@ def materialize_partitions(context: dg.AssetExecutionContext, asset_key: dg.Asse
                            build: Callable[[str], dict],
                            check: Callable[[str], list[CheckOutcome]] | None = None) -> Iterator:
     """Build every partition (``build`` returns its metadata), yield each one's materialization and then its check
-    results (``check`` re-reads what was committed), and at the end fail naming every partition that failed.
+    results (``check`` re-reads what was committed), and at the end fail naming every partition that failed, or
+    yield the outputs of the checks evaluated (`_check_outputs`).
 
     When only the asset's checks are selected (the UI's "Execute checks"), nothing is built: the checks run on the
     partitions' committed outputs.
@@ -117,6 +118,7 @@ def materialize_partitions(context: dg.AssetExecutionContext, asset_key: dg.Asse
     if build_them:
         tune_malloc_for_builds()  # this process builds now, and so will those it forks (core/allocator.py)
     wanted_checks = {key.name for key in context.selected_asset_check_keys}
+    evaluated: set[str] = set()
     failures: list[tuple[str, str, bool]] = []  # (partition, located message, retryable)
     for partition in partitions:
         try:
@@ -132,11 +134,27 @@ def materialize_partitions(context: dg.AssetExecutionContext, asset_key: dg.Asse
         target = _latest_materialization(context.instance, asset_key, partition) if outcomes else None
         for outcome in outcomes:
             if outcome.name in wanted_checks:
+                evaluated.add(outcome.name)
                 yield dg.AssetCheckEvaluation(asset_key=asset_key, check_name=outcome.name, passed=outcome.passed,
                                               metadata=outcome.metadata, partition=partition,
                                               target_materialization_data=target)
     if failures:
         raise dg.Failure(description=failure_summary(failures), allow_retries=any(r for _, _, r in failures))
+    yield from _check_outputs(context, asset_key, evaluated)
+
+
+def _check_outputs(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, evaluated: set[str]) -> Iterator:
+    """One empty ``Output`` per check the step evaluated: the step's outputs for its checks.
+
+    Dagster counts a selected check as done when the step yields its output: an ``AssetCheckResult`` yields it
+    (and becomes an evaluation of the step's one partition key), an ``AssetCheckEvaluation`` does not. A run of
+    many partitions has no single partition key, so the evaluations above are per partition, and without these
+    outputs Dagster logs "did not yield or return expected outputs" for every check of every run. An output may
+    be yielded once per step, so it comes after the last partition. A check evaluated for no partition gets none,
+    and that message is then news."""
+    for name in sorted(evaluated):
+        output_name = context.assets_def.get_output_name_for_asset_check_key(dg.AssetCheckKey(asset_key, name))
+        yield dg.Output(None, output_name=output_name)
 
 
 def recorded_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: str) -> dict | None:

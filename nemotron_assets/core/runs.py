@@ -8,7 +8,7 @@ Dagster by two tags (`range_tags`), as ``--partition-range`` does.
 Two ways to run them:
 
 - **here** (`execute_assets`): the run executes in this process and returns when it ends (the command line, and
-  the tests);
+  the tests); the command line gives it an instance made for a terminal (`terminal_instance`);
 - **launched** (`launch_assets`, then `wait_for_runs`): the run is handed to the instance's run launcher (Ray,
   through dagster-ray, in the cluster deployment) and polled until it ends, asking the launcher about the health of
   its worker, so a run whose worker died is failed instead of waited on forever.
@@ -16,21 +16,29 @@ Two ways to run them:
 This module and core/reporting.py are the only ones that use Dagster's private API, each import saying why.
 """
 
+import contextlib
+import logging
 import os
+import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import dagster as dg
 
 # Private imports, because Dagster 1.13 has no public API for them:
-# - a job reconstructable from the code location's module (so the UI re-executes our runs like its own);
+# - CodePointer, recon_job_from_origin, recon_repository_from_origin: a job reconstructable from the code location's
+#   module (so the UI re-executes our runs like its own);
+# - the origins, SINGLETON_REPOSITORY_NAME, WorkerStatus: creating a run for the code location and handing it to the
+#   instance's launcher, as the webserver does, and the launcher's report on the run's worker;
+# - InstanceRef, ConfigurableClassData, LocalComputeLogManager: the instance of a terminal (`terminal_instance`),
+#   DAGSTER_HOME's configuration as Dagster reads it with two settings changed, one of them its compute log manager;
+# - the two tags that make a run cover a partition range (what --partition-range and the UI's backfills set).
 from dagster._core.code_pointer import CodePointer
-
-# - creating a run for the code location and handing it to the instance's launcher, as the webserver does, with its
-#   origins, and the launcher's report on the run's worker;
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.launcher.base import WorkerStatus
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 from dagster._core.remote_origin import (
@@ -38,10 +46,10 @@ from dagster._core.remote_origin import (
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
-
-# - the two tags that make a run cover a partition range (what --partition-range and the UI's backfills set).
+from dagster._core.storage.local_compute_log_manager import LocalComputeLogManager
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._serdes import ConfigurableClassData
 from dagster._utils.hosted_user_process import recon_job_from_origin, recon_repository_from_origin
 
 DEFINITIONS_MODULE = "nemotron_assets.definitions"
@@ -86,6 +94,70 @@ def _job(repo: dg.RepositoryDefinition, asset_keys: Sequence[dg.AssetKey]) -> dg
 
 
 # --- here ---------------------------------------------------------------------------------------------------
+def terminal_instance(home: Path, console_level: str) -> dg.DagsterInstance:
+    """The instance of ``home`` for runs executed in this process, whose console is a terminal showing messages
+    from ``console_level`` up. Two of its settings differ from ``dagster.yaml``, in this process only (the UI,
+    the daemon and launched runs read the file):
+
+    - **Python log level** (``python_logs.python_log_level``): DEBUG when the console shows DEBUG, else INFO. A
+      step process of the multiprocess executor logs its start (``STEP_WORKER_STARTED``) before it has the
+      run's loggers, through Dagster's own console logger at this level (DEBUG when unset), so the event would
+      reach the terminal in Dagster's long format under our compact lines. Events are recorded whatever the
+      level; a step's ``context.log.debug`` messages are recorded only at DEBUG (the steps log none).
+    - **Compute logs**: Dagster's default local compute log manager (`TerminalComputeLogManager`), unless the
+      file names another: the same files, but its helper processes do not receive the terminal's Ctrl-C.
+    """
+    ref = InstanceRef.from_dir(str(home))
+    python_logs = {**(ref.settings.get("python_logs") or {}),
+                   "python_log_level": "DEBUG" if _level(console_level) <= logging.DEBUG else "INFO"}
+    changes: dict = {"settings": {**ref.settings, "python_logs": python_logs}}
+    logs = ref.compute_logs_data
+    if (logs.module_name, logs.class_name) == (LocalComputeLogManager.__module__, LocalComputeLogManager.__name__):
+        changes["compute_logs_data"] = ConfigurableClassData(__name__, TerminalComputeLogManager.__name__,
+                                                             logs.config_yaml)
+    # The step processes of the multiprocess executor open the instance from this ref: they get the same settings.
+    return dg.DagsterInstance.from_ref(ref._replace(**changes))
+
+
+def _level(name: str) -> int:
+    level = logging.getLevelName(name.upper())
+    return level if isinstance(level, int) else logging.INFO
+
+
+class TerminalComputeLogManager(LocalComputeLogManager):
+    """Dagster's local compute log manager (same files, same config), whose helper processes ignore Ctrl-C.
+
+    While a run executes, Dagster mirrors the run process's stdout and stderr into files for the UI: for each,
+    a ``tail -F`` of the file and a Python watcher (``watch_orphans.py``) that kills the tail if the run process
+    dies. They are in the terminal's process group, so Ctrl-C interrupted them too: each watcher printed a
+    ``KeyboardInterrupt`` traceback, and the killed tails stopped copying the run's lines to the terminal (the
+    command's own "stopping" notice among them). Started with SIGINT blocked (a blocked signal stays blocked
+    across ``exec``, where a Python handler does not), they never see it; Dagster ends them when the capture
+    ends, as before, and still kills the tails if the run process dies."""
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> "TerminalComputeLogManager":
+        return cls(inst_data=inst_data, **config_value)
+
+    @contextlib.contextmanager
+    def capture_logs(self, log_key: Sequence[str]) -> Iterator:
+        with contextlib.ExitStack() as stack:
+            with _sigint_blocked():  # only while the helpers start: this thread forks them
+                captured = stack.enter_context(super().capture_logs(log_key))
+            yield captured
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread (and the processes it starts meanwhile); one arriving meanwhile is delivered
+    to another thread, or to this one when the block ends: none is lost."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition, instance: dg.DagsterInstance,
                    asset_keys: Sequence[dg.AssetKey], partitions: Sequence[str] | None, run_config: dict,
                    tags: dict | None = None) -> RunOutcome:

@@ -90,7 +90,7 @@ class OutputState:
 
     asset: str
     key: str  # its partition (a dataset, a pool, "<view>/<pool>"), or "" for an unpartitioned asset
-    prefix: str  # the output's path without suffix; its receipt is prefix + ".json"
+    prefix: str  # the output's path without suffix (its receipt: records.receipt_path)
     freshness: Freshness
 
 

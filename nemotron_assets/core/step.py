@@ -5,9 +5,10 @@
 A step describes its output (`Output`: where its receipt lives and the inputs that decide its bytes) and writes its
 files into a staging folder (`Staged`: the files, their counts); this module does the rest:
 
-1. **Up to date?** ``records.freshness`` compares the receipt with the inputs a build would use now. A ``done``
-   output is skipped ("up to date"), unless forced; anything else is built, and the log says why
-   (`check`).
+1. **Up to date?** An output written before the ``.receipts/`` and ``.meta/`` folders is first moved to today's
+   places (core/upgrade.py), its bytes unchanged. ``records.freshness`` then compares the receipt with the inputs a
+   build would use now. A ``done`` output is skipped ("up to date"), unless forced; anything else is built, and the
+   log says why (`check`).
 2. **Stage.** The build writes only into a private staging folder (``Storage.staging``): nothing a reader can see
    changes while it runs, and a failure leaves the previous version, or nothing.
 3. **Delete the receipt.** From here on the output is "not done" for every reader (`commit`).
@@ -28,8 +29,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nemotron_assets.core.records import Receipt, freshness, output_path, rebuild_reason, receipt_path, write_receipt
+from nemotron_assets.core.records import (
+    Receipt,
+    freshness,
+    output_path,
+    rebuild_reason,
+    receipt_path,
+    stored_path,
+    write_receipt,
+)
 from nemotron_assets.core.storage import Storage, locate_os_errors
+from nemotron_assets.core.upgrade import upgrade
 from nemotron_assets.core.workers import ForkedCalls, Report, build_processes, usable_cores
 
 Log = Callable[[str], None]
@@ -37,7 +47,8 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Output:
-    """One output of a step: its receipt is ``prefix + ".json"``, its files lie beside it (records.py)."""
+    """One output of a step: its receipt is ``<folder>/.receipts/<name>.json`` for the prefix ``<folder>/<name>``, its
+    files lie beside it (records.py ``receipt_path``, ``output_path``)."""
 
     prefix: str
     inputs: dict  # everything that decides the files' bytes
@@ -79,6 +90,8 @@ class Pending:
 def check(store: Storage, output: Output, force: bool = False, log: Log = print) -> Outcome | Pending:
     """Step 1: the outcome of an output that is up to date, or what building it takes."""
     started = time.monotonic()
+    if upgrade(store, output.prefix):
+        log(f"{output.key}: moved its receipt and side files to .receipts/ and .meta/")
     current = freshness(store, output.prefix, output.inputs)
     because = rebuild_reason(current, force)
     if because is None:
@@ -133,7 +146,7 @@ def adopt(store: Storage, output: Output, contents: dict[str, bytes], stats: dic
     """An output written before it had a receipt (by an older version of this tool): when there is no receipt and
     every file already holds exactly the bytes a build would write (``contents``, by name), write the receipt alone
     and call the output up to date. None when it must be built."""
-    if store.exists(receipt_path(output.prefix)):
+    if store.exists(stored_path(store, receipt_path(output.prefix))):  # at its legacy place: check() moves it
         return None
     files = {}
     for name, data in contents.items():

@@ -148,6 +148,19 @@ class Storage:
             staged.write_bytes(data)
             self.commit(staged, relative)
 
+    def move(self, relative: str, to: str) -> None:
+        """Give a stored file another name, its bytes unchanged: locally an atomic rename (the modification time
+        is kept), on S3 a server-side copy, then the old object deleted."""
+        source, target = self.url(relative), self.url(to)
+        if self.is_s3:
+            self.fs.copy(source, target)
+            self.fs.rm_file(source)
+            return
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+        _sync(Path(target).parent)
+        _sync(Path(source).parent)
+
     def delete(self, relative: str) -> None:
         target = self.url(relative)
         if self.is_s3:
@@ -217,10 +230,10 @@ class Storage:
         if self.is_s3:
             self.fs.invalidate_cache(target)
             try:
-                names = self.fs.ls(target, detail=False)
+                entries = self.fs.ls(target, detail=True)
             except FileNotFoundError:
                 return []
-            return sorted(f"{relative_dir}/{n.rsplit('/', 1)[-1]}" for n in names)
+            return sorted(f"{relative_dir}/{e['name'].rsplit('/', 1)[-1]}" for e in entries if e.get("type") == "file")
         if not os.path.isdir(target):
             return []
         return sorted(f"{relative_dir}/{n}" for n in os.listdir(target) if os.path.isfile(Path(target) / n))

@@ -20,6 +20,7 @@ there. A child whose parent was killed learns it at its next ``report`` or resul
 order given, at most ``workers * ahead`` in flight (the SFT samples step renders Harmony batches this way).
 """
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -125,21 +126,23 @@ class ForkedCalls:
     def _fork(self) -> _Worker:
         parent_end, child_end = self._context.Pipe()
         parents_ends = [parent_end, *(w.connection for w in self._workers)]
-        process = self._context.Process(target=_serve, args=(self._calls, child_end, parents_ends),
-                                        name="forked_calls", daemon=True)
-        process.start()
+        with _signals_held() as mask:
+            process = self._context.Process(target=_serve, args=(self._calls, child_end, parents_ends, mask),
+                                            name="forked_calls", daemon=True)
+            process.start()
         child_end.close()  # the parent keeps only its own end: EOF then means the child has gone
         return _Worker(process, parent_end)
 
     def _give_next(self, worker: _Worker) -> None:
         worker.call = self._waiting.popleft() if self._waiting else None
-        worker.connection.send(worker.call)  # None: no more calls, the child ends
+        with contextlib.suppress(ConnectionError):  # the child died: its next receive says so (`_receive`)
+            worker.connection.send(worker.call)  # None: no more calls, the child ends
 
     def _receive(self, worker: _Worker) -> None:
         """One message from ``worker``: a report passed on, or the end of its call (then it gets the next one)."""
         try:
             kind, payload = worker.connection.recv()
-        except EOFError:  # the process died
+        except (EOFError, ConnectionResetError):  # the process died (reset: before it read the name it was sent)
             worker.process.join()
             worker.connection.close()
             self._workers.remove(worker)
@@ -158,8 +161,10 @@ class ForkedCalls:
         self._give_next(worker)
 
 
-def _serve(calls: dict[str, Call], connection: Connection, parents_ends: list[Connection]) -> None:
-    """In a forked process: run the calls the parent names, one at a time, until it sends None.
+def _serve(calls: dict[str, Call], connection: Connection, parents_ends: list[Connection],
+           mask: set[signal.Signals]) -> None:
+    """In a forked process: run the calls the parent names, one at a time, until it sends None, or until the
+    parent has gone (a broken pipe: nothing is left to tell; the process ends quietly).
 
     The fork copied the parent's ends of the pipes; they are closed first, so that the
     parent's death closes this process's pipe (a socket pair stays open while any process holds either end).
@@ -167,21 +172,50 @@ def _serve(calls: dict[str, Call], connection: Connection, parents_ends: list[Co
     Every object inherited from the parent is first put out of the garbage collector's reach (``gc.freeze``): a
     full collection walks them all, and writing their headers would copy the parent's pages into this process. (On
     the 1 GB bench it made no difference that could be measured: ~400,000 page faults with it and without.)
-    SIGTERM and SIGINT get their default action back: a handler the parent installed (Dagster's, a test runner's)
-    would turn them into an exception that this loop reports and survives."""
+    SIGTERM and SIGINT get their default action back (`_default_signals`); ``mask`` is the parent's signal mask
+    before it held them for the fork."""
+    _default_signals(mask)
     for end in parents_ends:
         end.close()
     gc.freeze()
+    try:
+        while (name := connection.recv()) is not None:
+            try:
+                value = calls[name](lambda message: connection.send(("message", message)))
+            except BaseException as exc:  # noqa: BLE001 - every error goes to the parent, which raises it
+                connection.send(("error", picklable_error(exc)))
+            else:
+                connection.send(("value", value))
+    except (EOFError, ConnectionError):
+        return
+    connection.close()
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[set[signal.Signals]]:
+    """SIGINT and SIGTERM blocked in this thread while it forks (yields the mask before), so that a child never
+    runs the parent's handlers: it starts with them blocked and gets their default action before unblocking them
+    (`_default_signals`). Ctrl-C reaches the whole process group, a child included: in a child just forked, a
+    handler the parent installed (Dagster's, inside a step) raised in whatever ran first (a library's at-fork
+    callback printed the traceback), and Python wrote the signal to the parent's wakeup fd, which the command line
+    took for a second Ctrl-C (cli/interrupts.py). A signal for the parent meanwhile is delivered to another thread,
+    or to this one when the block ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield previous
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _default_signals(mask: set[signal.Signals]) -> None:
+    """In a child forked under `_signals_held`: SIGTERM and SIGINT get their default action (a handler the parent
+    installed, Dagster's or a test runner's, would turn them into an exception that a loop reports and survives),
+    the parent's wakeup fd is forgotten, and the parent's signal mask comes back (a signal that came meanwhile is
+    delivered now: the process ends)."""
+    signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    while (name := connection.recv()) is not None:
-        try:
-            value = calls[name](lambda message: connection.send(("message", message)))
-        except BaseException as exc:  # noqa: BLE001 - every error goes to the parent, which raises it
-            connection.send(("error", picklable_error(exc)))
-        else:
-            connection.send(("value", value))
-    connection.close()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def picklable_error(exc: BaseException) -> BaseException:
@@ -211,11 +245,16 @@ def in_order(function: Callable[..., Any], tasks: Iterable[tuple], workers: int,
             yield function(*task)
         return
     context = multiprocessing.get_context(start)
+    forked = start == "fork"
+    if forked:  # the workers do not run this process's signal handlers (`_signals_held`)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())  # this thread's, as it is
+        initializer, initargs = _forked_worker, (mask, initializer, initargs)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs) as pool:
-        if start == "fork":
+        if forked:
             gc.freeze()  # the workers' collections skip what they inherit (nor copy its pages to mark it)
             try:
-                pool.submit(os.getpid)  # with fork, the first task forks every worker, here and now
+                with _signals_held():
+                    pool.submit(os.getpid)  # with fork, the first task forks every worker, here and now
             finally:
                 gc.unfreeze()
         if started is not None:
@@ -227,3 +266,10 @@ def in_order(function: Callable[..., Any], tasks: Iterable[tuple], workers: int,
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def _forked_worker(mask: set[signal.Signals], initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    """A forked worker of `in_order` first gets the default action of SIGINT and SIGTERM (`_default_signals`)."""
+    _default_signals(mask)
+    if initializer is not None:
+        initializer(*initargs)

@@ -3,16 +3,17 @@
 Layout under ``<root>/<blend>/sft/`` (the names below; the lead's layout code joins them)::
 
     <split>/shard_NNNNN.parquet           one row per bin (PACKED_SCHEMA), zstd, row groups of 1,000 bins
-    <split>/shard_NNNNN.samples.parquet   one row per sample: (bin, offset) -> id, sample, dataset, source row
+    <split>/.meta/shard_NNNNN.samples.parquet  one row per sample: (bin, offset) -> id, sample, dataset, source row
     <split>.npy                           with ``formats: [parquet, npy]``: every bin of the split, one file
     manifest.json                         per split: files, samples, bins, tokens, drops, licenses; hashes, EOS id
     packing_metadata.json                 Bridge's packing metadata, one dict per split (``pad_cu_seqlens``)
 
 **Parquet** (Bridge's ``GPTSFTPackedParquetDataset``, ``src/megatron/bridge/data/packing/parquet.py``): columns
 ``input_ids list<int32>``, ``loss_mask list<uint8>``, ``seq_start_id list<int32>``; Bridge needs only these three
-names and reads each cell with ``as_py()``. Point Bridge at the split's shards with the glob `BRIDGE_SHARD_GLOB`
-(``<split>/shard_?????.parquet``), never at the folder: a folder spec makes Bridge read every ``*.parquet``
-there, the ``.samples.parquet`` files included, and it rejects them for their missing columns.
+names and reads each cell with ``as_py()``. A folder spec makes Bridge read every ``*.parquet``/``*.pq`` directly in
+it and reject a file without those columns, so a split's folder holds only its packed shards (the samples listings
+and receipts are in hidden subfolders): Bridge may be given ``<split>/`` or the glob `BRIDGE_SHARD_GLOB`
+(``<split>/shard_?????.parquet``).
 
 **npy** (Bridge's ``GPTSFTPackedDataset``, ``src/megatron/bridge/data/packing/gpt_sft.py``, loads it through
 ``safe_load_npy`` in ``src/megatron/bridge/utils/safe_pickle.py``): a NumPy object array of dicts
@@ -108,10 +109,6 @@ def _group_full(bins: int, values: int, row_group_bins: int) -> bool:
 
 def shard_name(index: int) -> str:
     return f"shard_{index:05d}.parquet"
-
-
-def samples_name(index: int) -> str:
-    return f"shard_{index:05d}.samples.parquet"
 
 
 def npy_name(split: str) -> str:

@@ -52,8 +52,13 @@ def resolve_files(entry: SourceEntry, base_dir: Path) -> Resolution:
 def listing_hash(entry: SourceEntry, base_dir: Path) -> str:
     """A short hash of the entry's file listing (path, size, and the ETag on S3 or the modification time on local
     disk): it changes when a file appears, goes or changes, and reading it never opens a file."""
+    return files_listing_hash(resolve_files(entry, base_dir).files)
+
+
+def files_listing_hash(files: list[SourceFile]) -> str:
+    """`listing_hash` of files already listed by ``resolve_files``."""
     listing = []
-    for source in resolve_files(entry, base_dir).files:
+    for source in files:
         fingerprint = source.fingerprint or str(os.stat(source.url).st_mtime_ns)  # local: no ETag
         listing.append([source.url, source.size, fingerprint])
     return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]

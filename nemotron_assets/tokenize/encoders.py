@@ -73,7 +73,7 @@ def _groups(texts: Sequence[str], limit: int) -> Iterator[list[str]]:
 
 #: fastokens' own threads per encode call (its ``FASTOKENS_BPE_THREADS``), unless the environment sets it. One,
 #: because the pretraining build already encodes as many batch pieces at a time as there are cores
-#: (``pretrain/build.TOKENIZE_THREADS``): on top of that, fastokens' default of one thread per core spins while it
+#: (``defs/pretrain/shard.TOKENIZE_THREADS``): on top of that, fastokens' default of one thread per core spins while it
 #: waits for work, and a 250 MB shard cost 1.9-2.2 CPU-seconds to encode instead of 1.6 with one thread per call.
 FASTOKENS_THREADS_PER_CALL = "1"
 

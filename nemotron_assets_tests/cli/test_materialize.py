@@ -14,6 +14,9 @@ from nemotron_assets_tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 
+NO_OUTPUTS_WARNING = "did not yield or return expected outputs"  # Dagster's, for a step that yields no check output
+
+
 def _run(args, env):
     return subprocess.run([sys.executable, *args], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=300)
@@ -25,6 +28,7 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
     pretrain = tmp_path / "data" / "sample" / "pretrain"
     assert json.loads((pretrain / "blend.json").read_text())["valid"][1] == str(pretrain / "wiki_valid/shard_00000")
     assert done.stderr.splitlines()[-1].startswith("done: 3 run(s) in ")
+    assert NO_OUTPUTS_WARNING not in done.stderr  # the shard step yields its checks' outputs (core/reporting.py)
     os.environ["DAGSTER_HOME"] = cli_env["DAGSTER_HOME"]
     try:
         with dg.DagsterInstance.get() as instance:
@@ -33,6 +37,14 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
             key = dg.AssetKey(["sample", "pretrain_shard"])
             partitions = instance.get_materialized_partitions(key)
             assert partitions == set(instance.get_dynamic_partitions("sample__pretrain_shards"))
+            # the run logs the UI shows: no warning, and each shard's three checks evaluated on their own
+            assert not [r.user_message for run in runs for r in instance.all_logs(run.run_id)
+                        if NO_OUTPUTS_WARNING in r.user_message]
+            evaluations = [r.dagster_event.event_specific_data for run in runs
+                           for r in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
+            assert sorted((e.partition, e.check_name) for e in evaluations if e.passed) == sorted(
+                (partition, check) for partition in partitions
+                for check in ("bin_idx_consistent", "token_ids_below_vocab", "counts_match_metadata"))
     finally:
         del os.environ["DAGSTER_HOME"]
 
@@ -54,12 +66,16 @@ def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
 
 
 def test_dagster_logs_alone_prints_the_event_log_and_the_default_does_not(cli_env):
-    events = ("RUN_START", "STEP_START", "RUN_SUCCESS")
-    full = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split", "--dagster-logs"],
-                cli_env)
+    # The multiprocess executor's step process logs STEP_WORKER_STARTED before it has the run's loggers, through
+    # Dagster's own console logger (core/runs.py terminal_instance): shown with the event log, not in the default.
+    events = ("RUN_START", "STEP_START", "RUN_SUCCESS", "STEP_WORKER_STARTED")
+    command = ["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split",
+               "--executor", "multiprocess"]
+    full = _run([*command, "--dagster-logs"], cli_env)
     assert full.returncode == 0 and all(event in full.stderr for event in events), full.stderr[-2000:]
-    compact = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split"], cli_env)
+    compact = _run(command, cli_env)
     assert compact.returncode == 0 and not any(event in compact.stderr for event in events), compact.stderr[-2000:]
+    assert " - dagster - " not in compact.stderr, compact.stderr[-2000:]  # no line in Dagster's own format
 
 
 def test_unknown_blend_partition_and_deployment_fail_with_a_clear_message_and_exit_2(cli_env):
@@ -160,6 +176,7 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
 
     again = _run(["-m", "nemotron_assets", "materialize", "posttrain_sample"], env)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert NO_OUTPUTS_WARNING not in first.stderr + again.stderr  # Harmony, dedup, pool and packed SFT checks
     def steps_saying(words: str) -> dict[str, list[str]]:
         """step -> the keys its lines say ``words`` about (lines ``  HH:MM:SS step: key: words...``)."""
         found: dict[str, list[str]] = {}
@@ -183,6 +200,7 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
 def test_a_jsonl_sample_runs_source_split_then_jsonl_shard_then_jsonl_manifest(cli_env, tmp_path):
     done = _run(["-m", "nemotron_assets", "materialize", "rl_sample", "--max-rows", "4"], cli_env)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert NO_OUTPUTS_WARNING not in done.stderr  # jsonl_shard's check
     runs = [line.split()[2] for line in done.stderr.splitlines() if line.startswith("run ")]
     assert runs == ["source_split", "jsonl_shard", "jsonl_manifest"]
     data = tmp_path / "data" / "rl_sample"

@@ -3,7 +3,6 @@ instance, a full or read-only disk (a real tmpfs in a private mount namespace), 
 shard, and blend problems that must be refused before any data is read."""
 
 import errno
-import json
 import os
 import shutil
 import signal
@@ -169,23 +168,3 @@ def test_a_parquet_file_without_the_text_column_is_refused_before_reading_with_e
     assert f"dataset 'cols': {blends / 'notext.parquet'} field 'text': no such column (columns: content)" \
         in done.stderr
     assert not Path(env["NEMOTRON_DATA_ROOT"], "notext").exists()
-
-
-def test_blend_json_opens_from_any_working_directory(env, tmp_path):
-    assert _cli("materialize", "sample", env=env).returncode == 0
-    elsewhere = tmp_path / "trainer_cwd"
-    elsewhere.mkdir()
-    blend_json = Path(env["NEMOTRON_DATA_ROOT"]) / "sample" / "pretrain" / "blend.json"
-    script = ("import json, sys\n"
-              "from nemotron_assets_tests.megatron_blend_reader import read_blend_per_split\n"
-              "from nemotron_assets_tests.megatron_reader import read_dataset\n"
-              "opened = 0\n"
-              "for blend in read_blend_per_split(sys.argv[1]):\n"
-              "    for prefix in (blend or ([], None))[0]:\n"
-              "        read_dataset(prefix)\n"
-              "        opened += 1\n"
-              "print(opened)\n")
-    done = subprocess.run([sys.executable, "-c", script, str(blend_json)], cwd=elsewhere, capture_output=True,
-                          text=True, env=dict(env, PYTHONPATH=str(REPO)), timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert int(done.stdout) == sum(len(v) // 2 for v in json.loads(blend_json.read_text()).values() if v) == 7

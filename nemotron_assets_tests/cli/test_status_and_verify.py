@@ -53,8 +53,13 @@ def _status(capsys, blend: str = "sample") -> dict:
     return {d["dataset"]: d for d in json.loads(out)["blends"][0]["datasets"]}
 
 
+def _receipt_file(pretrain: Path, shard: str) -> Path:
+    dataset, name = shard.split("/")
+    return pretrain / dataset / ".receipts" / f"{name}.json"
+
+
 def _receipt(pretrain: Path, shard: str) -> dict:
-    return json.loads((pretrain / f"{shard}.json").read_text())
+    return json.loads(_receipt_file(pretrain, shard).read_text())
 
 
 def _edit_blend(blends: Path, **settings) -> None:
@@ -91,7 +96,7 @@ def test_status_counts_done_shards_tokens_and_rows_and_failed_runs(built, env, s
     sample = {d["dataset"]: d for d in reports["sample"]["datasets"]}
     assert sample["wiki"]["planned"] == sample["wiki"]["done"] == 3
     for dataset in sample.values():
-        shards = sorted((built / dataset["dataset"]).glob("shard_*.json"))
+        shards = sorted((built / dataset["dataset"] / ".receipts").glob("shard_*.json"))
         assert dataset["done"] == dataset["planned"] == len(shards)
         assert not dataset["missing"] + dataset["failed"] and not dataset["stale"]
         assert dataset["tokens"] == sum(json.loads(p.read_text())["stats"]["tokens"] for p in shards) > 0
@@ -157,7 +162,7 @@ def test_verify_passes_then_names_each_damaged_file_and_why(built, capsys):
     receipt = _receipt(built, "reference/shard_00000")
     tokens = receipt["stats"]["tokens"]
     receipt["stats"]["tokens"] = tokens + 1
-    (built / "reference" / "shard_00000.json").write_text(json.dumps(receipt))
+    _receipt_file(built, "reference/shard_00000").write_text(json.dumps(receipt))
 
     code, out, _ = _run(capsys, "verify", "sample")
     assert code == 1
@@ -225,7 +230,7 @@ def test_each_setting_class_makes_every_shard_stale_everywhere(built, env, sampl
 
     code, out, _ = _run(capsys, "verify", "sample")
     assert code == 1
-    assert f"{built / 'wiki' / 'shard_00000.json'}: stale: built with " in out and why in out
+    assert f"{_receipt_file(built, 'wiki/shard_00000')}: stale: built with " in out and why in out
 
     with dg.DagsterInstance.get() as instance:
         _, pipeline = pipeline_for(sample_blends / "sample.yaml")
@@ -274,10 +279,10 @@ def test_verify_of_an_unbuilt_blend_names_the_manifests_to_materialize(env, caps
 def test_a_receipt_from_an_older_plan_is_stale(built, capsys):
     receipt = _receipt(built, "wiki/shard_00001")
     receipt["inputs"]["source"] = "0" * 64
-    (built / "wiki" / "shard_00001.json").write_text(json.dumps(receipt))
+    _receipt_file(built, "wiki/shard_00001").write_text(json.dumps(receipt))
     code, out, _ = _run(capsys, "verify", "sample")
     assert code == 1
-    assert f"{built / 'wiki' / 'shard_00001.json'}: stale: built with source=\"000000000000…" in out
+    assert f"{_receipt_file(built, 'wiki/shard_00001')}: stale: built with source=\"000000000000…" in out
     assert f"{built / 'blend.json'}: lists {built / 'wiki' / 'shard_00001'}, which is stale" in out
     wiki = _status(capsys)["wiki"]
     assert list(wiki["stale"]) == ["wiki/shard_00001"] and wiki["done"] == 2

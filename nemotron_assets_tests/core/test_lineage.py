@@ -143,7 +143,7 @@ def test_shard_run_uses_source_manifests_and_logs_shard_artifacts(sample_lineage
     wiki = logged["sample-wiki-shards"]
     assert wiki.type == "pretrain-shards"
     metadata = json.loads(wiki.metadata)
-    receipts = sorted((root / "sample" / "pretrain" / "wiki").glob("shard_*.json"))
+    receipts = sorted((root / "sample" / "pretrain" / "wiki" / ".receipts").glob("shard_*.json"))
     assert metadata["shards_done"] == metadata["shards_planned"] == len(receipts) > 1
     assert metadata["tokens"] == sum(json.loads(r.read_bytes())["stats"]["tokens"] for r in receipts)
     first = json.loads(receipts[0].read_bytes())["stats"]
@@ -151,8 +151,8 @@ def test_shard_run_uses_source_manifests_and_logs_shard_artifacts(sample_lineage
     assert metadata["shards_in_run"]["wiki/shard_00000"]["status"] == "built"
     assert metadata["dagster_run_id"]
     refs = entries(wiki)
-    for ext in (".bin", ".idx", ".json"):
-        path = f"sample/pretrain/wiki/shard_00000{ext}"
+    for name in ("shard_00000.bin", "shard_00000.idx", ".receipts/shard_00000.json"):
+        path = f"sample/pretrain/wiki/{name}"
         assert refs[path] == f"file://{root}/{path}"
     assert len(refs) == 3 * len(receipts)
 
@@ -206,13 +206,13 @@ def test_harmony_shard_run_logs_one_harmony_artifact_per_dataset(posttrain_linea
     assert sorted(logged) == sorted(f"posttrain_sample-{d}-harmony" for d in datasets)
     math = logged["posttrain_sample-nemotron_math_v2-harmony"]
     assert math.type == "harmony-shards"
-    receipt = json.loads((root / "posttrain_sample/harmony/nemotron_math_v2/shard_00000.json").read_bytes())
+    receipt = json.loads((root / "posttrain_sample/harmony/nemotron_math_v2/.receipts/shard_00000.json").read_bytes())
     metadata = json.loads(math.metadata)
     assert metadata["shards"]["nemotron_math_v2/shard_00000"]["sha256"] == receipt["files"][".parquet"]["sha256"]
     assert metadata["records"] == receipt["stats"]["records"]
-    assert entries(math) == {f"posttrain_sample/harmony/nemotron_math_v2/shard_00000{ext}":
-                             f"file://{root}/posttrain_sample/harmony/nemotron_math_v2/shard_00000{ext}"
-                             for ext in (".json", ".parquet")}
+    assert entries(math) == {f"posttrain_sample/harmony/nemotron_math_v2/{name}":
+                             f"file://{root}/posttrain_sample/harmony/nemotron_math_v2/{name}"
+                             for name in (".receipts/shard_00000.json", "shard_00000.parquet")}
 
 
 def test_pool_run_uses_the_harmony_artifacts_and_logs_every_pool(posttrain_lineage):
@@ -226,11 +226,12 @@ def test_pool_run_uses_the_harmony_artifacts_and_logs_every_pool(posttrain_linea
     assert sorted(pools) == sorted(f"posttrain_sample-pool-{pool}" for pool in POOL_NAMES)
     tool_use = pools["posttrain_sample-pool-tool_use"]
     assert tool_use.type == "candidate-pool"
-    manifest = json.loads((root / "posttrain_sample/pools/tool_use/manifest.json").read_bytes())
+    manifest = json.loads((root / "posttrain_sample/pools/tool_use/.meta/manifest.json").read_bytes())
     assert json.loads(tool_use.metadata)["rows"] == manifest["rows"] > 0
     folder_url = f"file://{root}/posttrain_sample/pools/tool_use"
     assert sorted(entries(tool_use).values()) == [f"{folder_url}/{name}" for name in
-                                                  ("manifest.json", "part-00000.json", "part-00000.parquet")]
+                                                  (".meta/manifest.json", ".receipts/part-00000.json",
+                                                   "part-00000.parquet")]
 
 
 @pytest.fixture(scope="module")
@@ -256,9 +257,9 @@ def test_jsonl_runs_link_source_manifests_to_shard_artifacts_to_the_manifest_art
     assert sorted(logged) == sorted(f"rl_sample-{d}-jsonl" for d in datasets)
     tool = logged["rl_sample-tool_rl-jsonl"]
     assert tool.type == "jsonl-shards"
-    receipt = json.loads((root / "rl_sample/jsonl/tool_rl/shard_00000.json").read_bytes())
+    receipt = json.loads((root / "rl_sample/jsonl/tool_rl/.receipts/shard_00000.json").read_bytes())
     assert json.loads(tool.metadata)["shards"]["tool_rl/shard_00000"]["files"] == receipt["stats"]["files"]
-    paths = ["shard_00000.json"] + [f"{split}/shard_00000.jsonl.zst" for split in ("train", "valid", "test")]
+    paths = [".receipts/shard_00000.json"] + [f"{split}/shard_00000.jsonl.zst" for split in ("train", "valid", "test")]
     assert entries(tool) == {f"rl_sample/jsonl/tool_rl/{p}": f"file://{root}/rl_sample/jsonl/tool_rl/{p}"
                              for p in paths}
 
@@ -267,7 +268,7 @@ def test_jsonl_runs_link_source_manifests_to_shard_artifacts_to_the_manifest_art
     [manifest] = [a for a in artifacts if not a.use_after_commit]
     assert manifest.name == "rl_sample-jsonl" and manifest.type == "jsonl-manifest"
     assert sorted(entries(manifest).values()) == [f"file://{root}/rl_sample/jsonl/{name}"
-                                                  for name in ("manifest.json", "manifest.receipt.json")]
+                                                  for name in (".receipts/manifest.receipt.json", "manifest.json")]
     assert json.loads(manifest.metadata)["rows_by_split"] == json.loads(
         (root / "rl_sample/jsonl/manifest.json").read_bytes())["rows"]
 
@@ -316,9 +317,10 @@ def test_scoring_runs_link_pools_to_scores_and_scores_to_selections_and_the_repo
     [nll] = logged.values()
     assert nll.name == f"{name}-nll-{POOL}" and nll.type == "nll-scores"
     part = f"{name}/scores/nll/{POOL}/part-00000"
-    assert entries(nll) == {f"{part}{ext}": f"file://{root}/{part}{ext}" for ext in (".json", ".parquet")}
+    files = (f"{name}/scores/nll/{POOL}/.receipts/part-00000.json", f"{part}.parquet")
+    assert entries(nll) == {path: f"file://{root}/{path}" for path in files}
     metadata = json.loads(nll.metadata)
-    receipt = json.loads((root / f"{part}.json").read_bytes())
+    receipt = json.loads((root / files[0]).read_bytes())
     assert metadata["receipts"][part]["tokens_scored"] == receipt["stats"]["tokens_scored"] > 0
     assert metadata["partitions_in_run"][f"{POOL}/part-00000"]["status"] == "built"
 
@@ -327,8 +329,8 @@ def test_scoring_runs_link_pools_to_scores_and_scores_to_selections_and_the_repo
     assert sorted(embeddings) == sorted(f"{name}-embeddings-{view}-{POOL}" for view in VIEWS)
     prompt = embeddings[f"{name}-embeddings-prompt-{POOL}"]
     assert prompt.type == "embeddings"
-    assert sorted(entries(prompt)) == [f"{name}/scores/embedding/prompt/{POOL}/part-00000{ext}"
-                                       for ext in (".json", ".parquet")]
+    assert sorted(entries(prompt)) == [f"{name}/scores/embedding/prompt/{POOL}/{file}"
+                                       for file in (".receipts/part-00000.json", "part-00000.parquet")]
 
     used, selections = used_and_logged(runs["selected_pool"][0])
     assert used == {nll.name: nll.digest, prompt.name: prompt.digest}  # NLL for easy/hard, prompts for diverse
@@ -337,15 +339,18 @@ def test_scoring_runs_link_pools_to_scores_and_scores_to_selections_and_the_repo
     assert easy.type == "selected-pool"
     folder_url = f"file://{root}/{name}/pools/{POOL}_easy"
     assert sorted(entries(easy).values()) == [f"{folder_url}/{file}" for file in
-                                              ("manifest.json", "part-00000.json", "part-00000.parquet")]
-    manifest = json.loads((root / name / "pools" / f"{POOL}_easy" / "manifest.json").read_bytes())
+                                              (".meta/manifest.json", ".receipts/part-00000.json",
+                                               "part-00000.parquet")]
+    manifest = json.loads((root / name / "pools" / f"{POOL}_easy" / ".meta" / "manifest.json").read_bytes())
     assert json.loads(easy.metadata)["receipts"][f"{name}/pools/{POOL}_easy/part-00000"]["rows"] == manifest["rows"]
 
     used, logged = used_and_logged(runs["near_duplicate_report"][0])
     assert used == {a.name: a.digest for a in embeddings.values()}
     [report] = logged.values()
     assert report.name == f"{name}-near-duplicates" and report.type == "near-duplicate-report"
-    assert sorted(entries(report)) == [f"{name}/scores/near_duplicates{ext}" for ext in (".json", ".md", ".parquet")]
+    assert sorted(entries(report)) == [f"{name}/scores/{file}" for file in (".receipts/near_duplicates.json",
+                                                                            "near_duplicates.md",
+                                                                            "near_duplicates.parquet")]
 
 
 def test_packed_sft_from_a_selection_uses_the_selection_it_was_packed_from(scoring_lineage):
@@ -363,7 +368,7 @@ def test_packed_sft_from_a_selection_uses_the_selection_it_was_packed_from(scori
     # the packed rows are the selection's: what the lineage says was read is what was read
     selected = set(pq.read_table(root / blend.name / "pools" / f"{POOL}_easy" / "part-00000.parquet",
                                  columns=["id"]).column("id").to_pylist())
-    packed = {row for listing in (root / blend.name / "sft").glob("*/shard_?????.samples.parquet")
+    packed = {row for listing in (root / blend.name / "sft").glob("*/.meta/shard_?????.samples.parquet")
               for row in pq.read_table(listing, columns=["id"]).column("id").to_pylist()}
     assert packed and packed <= selected
 
@@ -394,11 +399,12 @@ def test_sft_manifest_run_uses_the_harmony_artifacts_and_logs_the_packed_build(s
     manifest = json.loads((out / "manifest.json").read_bytes())
     shards = sorted(p.relative_to(root).as_posix() for p in out.glob("*/shard_?????.parquet"))
     assert shards, "the sample packs at least one shard"
-    expected = {"manifest.json", "manifest.receipt.json", "packing_metadata.json"}
+    expected = {"manifest.json", ".receipts/manifest.receipt.json", "packing_metadata.json"}
     expected |= {p.relative_to(out).as_posix() for p in out.glob("*.npy")}
     for shard in shards:
-        prefix = shard.removesuffix(".parquet").removeprefix("posttrain_sample/sft/")
-        expected |= {f"{prefix}.json", f"{prefix}.parquet", f"{prefix}.samples.parquet"}
+        split, name = shard.removesuffix(".parquet").removeprefix("posttrain_sample/sft/").split("/")
+        expected |= {f"{split}/.receipts/{name}.json", f"{split}/{name}.parquet",
+                     f"{split}/.meta/{name}.samples.parquet"}
     assert entries(sft) == {f"posttrain_sample/sft/{name}": f"file://{out}/{name}" for name in expected}
     metadata = json.loads(sft.metadata)
     assert metadata["dagster_run_id"] and metadata["tokenizer_sha256"] == manifest["tokenizer_sha256"]

@@ -2,6 +2,7 @@
 real instance, with the sample blend's data copied to a temp folder that the tests change."""
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -32,8 +33,9 @@ def _definitions(blends: Path, tmp_path: Path) -> dg.Definitions:
 def _sense(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None,
            name: str = SENSOR) -> tuple[list[str], str]:
     """(requested partitions, new cursor) of one sensor tick."""
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs)
-    result = defs.get_repository_def().get_sensor_def(name).evaluate_tick(context)
+    with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                 resources=defs.resources) as context:
+        result = defs.get_repository_def().get_sensor_def(name).evaluate_tick(context)
     for request in result.run_requests:
         assert request.asset_selection == [dg.AssetKey([name.split("__")[0], "source_split"])]
     return [r.partition_key for r in result.run_requests], result.cursor
@@ -74,6 +76,33 @@ def test_sensor_notices_a_file_rewritten_in_place(sample_blends, tmp_path, insta
     test_file = sample_blends / "sample_data" / "test.jsonl"
     test_file.write_text(test_file.read_text() + '{"text": "one more document"}\n')
     assert _sense(defs, instance, cursor)[0] == ["reference_test"]
+
+
+def test_turning_the_sensor_on_requests_nothing_while_every_file_matches_its_plan_and_hashes_no_file(
+        sample_blends, tmp_path, instance, monkeypatch):
+    from nemotron_assets.sources import readers
+
+    defs = _definitions(sample_blends, tmp_path)
+    _, sample = pipeline_for(sample_blends / "sample.yaml")
+    run_asset(sample, sample.source_split, str(tmp_path / "data"), instance, DATASETS)  # plans + stamps.json
+    hashed = []  # every content hash of a source file starts with content_digest()
+    content_digest = readers.content_digest
+    monkeypatch.setattr(readers, "content_digest", lambda: hashed.append(1) or content_digest())
+    stale = json.dumps({name: "0123456789abcdef" for name in DATASETS})  # listings of files long gone
+    for cursor in (None, "", "not json {", '["an", "older", "format"]', stale):
+        assert _sense(defs, instance, cursor)[0] == [], cursor
+    assert hashed == []
+
+    # Same size, another modification time: not provably the file measured, so re-planned; the sensor reads
+    # nothing, the re-plan hashes that one file.
+    test_file = sample_blends / "sample_data" / "test.jsonl"
+    stat = test_file.stat()
+    os.utime(test_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    requested, cursor = _sense(defs, instance, stale)
+    assert requested == ["reference_test"] and hashed == []
+    run_asset(sample, sample.source_split, str(tmp_path / "data"), instance, ["reference_test"])
+    assert len(hashed) == 1
+    assert _sense(defs, instance, None)[0] == []
 
 
 def test_sensor_skips_hf_sources_and_keeps_the_last_listing_of_a_vanished_folder(tmp_path, instance):
@@ -189,32 +218,81 @@ def test_harmony_schedule_requests_unbuilt_harmony_shards_then_skips(sample_blen
     assert result.skip_message.startswith(f"all {len(keys)} shard")
 
 
-def test_post_training_automation_is_stopped_and_requests_what_follows_rebuilt_shards(sample_blends, tmp_path,
-                                                                                        instance):
+def _post_training_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None):
+    """One tick of the post-training sensor: (its requests, (asset, first, last) each, the result)."""
+    with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as context:
+        result = defs.get_repository_def().get_sensor_def(POSTTRAIN_SENSOR).evaluate_tick(context)
+    return [(r.asset_selection[0].path[-1], r.tags.get("dagster/asset_partition_range_start"),
+             r.tags.get("dagster/asset_partition_range_end")) for r in result.run_requests], result
+
+
+def test_post_training_automation_requests_only_what_follows_the_rebuilt_shards_dataset_each_once(
+        sample_blends, tmp_path, instance):
     defs = _definitions(sample_blends, tmp_path)
     repository = defs.get_repository_def()
-    sensor = repository.get_sensor_def(POSTTRAIN_SENSOR)
-    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert repository.get_sensor_def(POSTTRAIN_SENSOR).default_status == dg.DefaultSensorStatus.STOPPED
     assert repository.get_schedule_def(POSTTRAIN_SCHEDULE).default_status == dg.DefaultScheduleStatus.STOPPED
     with pytest.raises(dg.DagsterInvariantViolationError):  # a blend without Harmony datasets has none
         repository.get_sensor_def("sample__post_training_automation")
+    assert all(asset.automation_condition is None for asset in repository.asset_graph.asset_nodes)
 
     pipeline = _harmony_pipeline(sample_blends, tmp_path / "data", instance)
-    pipeline.all()
-    downstream = dg.AssetSelection.assets(*(pipeline.assets[name] for name in ("harmony_dedup", "candidate_pool",
-                                                                                "embedding_view", "behavior_report")))
-    quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream)
-    # Eager conditions look at what changed since the last evaluation: right after a full build, nothing.
-    quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream,
-                                              cursor=quiet.cursor)
-    assert quiet.total_requested == 0
-
-    pipeline.run(pipeline.assets.harmony_shard, [pipeline.shard_keys()[0]])  # one shard rebuilt
-    after = dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=downstream,
-                                              cursor=quiet.cursor)
-    dedup = dg.AssetKey(["posttrain_sample", "harmony_dedup"])
     families = pipeline.assets.harmony_dedup.partitions_def.get_partition_keys()
-    assert after.get_requested_partitions(dedup) == set(families)
+    pipeline.run(pipeline.source_split, families)
+    math = [key for key in pipeline.shard_keys() if key.startswith("nemotron_math_v2/")]
+    pipeline.run(pipeline.assets.harmony_shard, math)
+    # Turned on: it starts from the latest event, whatever was built before.
+    requests, result = _post_training_tick(defs, instance, None)
+    assert requests == [] and result.skip_message.startswith("following the materializations after event")
+    # As if the packed shards had been planned before (sft_plan registers them).
+    instance.add_dynamic_partitions("posttrain_sample__sft_shards", ["train/shard_00000", "valid/shard_00000",
+                                                                     "test/shard_00000"])
+
+    pipeline.run(pipeline.assets.harmony_shard, math)  # one dataset's shard rebuilt
+    requests, result = _post_training_tick(defs, instance, result.cursor)
+    assert requests == [("harmony_dedup", "nemotron_math_v2", "nemotron_math_v2"),
+                        ("sft_samples", math[0], math[-1])]
+    for request in result.run_requests:  # run as the daemon would: their events are not new input changes
+        dg.materialize(pipeline.definitions, selection=request.asset_selection, instance=instance,
+                       tags=request.tags, resources={"storage": pipeline.storage, "lineage": pipeline.lineage})
+    stages = []
+    while True:  # the later stages, not run (they read every dataset): the sensor goes on once nothing runs
+        requests, result = _post_training_tick(defs, instance, result.cursor)
+        if not requests:
+            break
+        stages.append(requests)
+    pools = pipeline.assets.candidate_pool.partitions_def.get_partition_keys()
+    assert stages == [[("candidate_pool", pools[0], pools[-1])],
+                      [("embedding_view", pools[0], pools[-1]), ("sft_plan", None, None)],
+                      [("behavior_report", None, None), ("sft_packed", "train/shard_00000", "test/shard_00000")],
+                      [("sft_manifest", None, None)]]
+    assert result.skip_message == "nothing of posttrain_sample was rebuilt since the last request"
+
+
+def test_post_training_automation_waits_for_running_runs_and_drops_what_follows_a_failed_one(
+        sample_blends, tmp_path, instance):
+    from nemotron_assets.core.automation import AUTOMATION_STAGE_TAG, AUTOMATION_TAG
+
+    defs = _definitions(sample_blends, tmp_path)
+    shard, dedup = (dg.AssetKey(["posttrain_sample", name]) for name in ("harmony_shard", "harmony_dedup"))
+    instance.add_dynamic_partitions("posttrain_sample__harmony_shards", ["text/shard_00000"])
+    _, result = _post_training_tick(defs, instance, "a cursor of another sensor")  # starts from now too
+    instance.report_runless_asset_event(dg.AssetMaterialization(shard, partition="text/shard_00000"))
+    job = defs.get_repository_def().get_implicit_job_def_for_assets([dedup])
+    building = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, asset_selection=frozenset([shard]))
+    requests, result = _post_training_tick(defs, instance, result.cursor)
+    assert requests == [] and result.skip_message == "waiting for 1 run(s) of posttrain_sample to end"
+    instance.report_run_failed(building)
+    requests, result = _post_training_tick(defs, instance, result.cursor)
+    assert requests == [("harmony_dedup", "text", "text"), ("sft_samples", "text/shard_00000", "text/shard_00000")]
+    tags = result.run_requests[0].tags
+    assert tags[AUTOMATION_TAG] == POSTTRAIN_SENSOR
+    failed = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED, asset_selection=frozenset([dedup]),
+                                         tags=tags)
+    instance.report_run_failed(failed)
+    requests, result = _post_training_tick(defs, instance, result.cursor)
+    assert requests == []  # everything after harmony_dedup reads it: pools, views, report, SFT plan and on
+    assert json.loads(result.cursor)["pending"] == {} and tags[AUTOMATION_STAGE_TAG]
 
 
 def test_jsonl_schedule_requests_unbuilt_jsonl_shards_then_skips(sample_blends, tmp_path, instance):

@@ -23,7 +23,7 @@ def test_a_build_commits_the_files_and_then_the_receipt(tmp_path):
     outcome = build_output(store, OUTPUT, write, log=lambda line: None)
     assert outcome.status == "built"
     assert {name: (tmp_path / "out" / name).read_bytes() for name in CONTENTS} == CONTENTS
-    assert json.loads((tmp_path / "out/blend.receipt.json").read_text())["inputs"] == {"setting": 1}
+    assert json.loads((tmp_path / "out/.receipts/blend.receipt.json").read_text())["inputs"] == {"setting": 1}
     assert build_output(store, OUTPUT, write, log=lambda line: None).status == "up to date"
 
 
@@ -46,7 +46,7 @@ def test_different_bytes_or_an_existing_receipt_are_not_adopted(tmp_path):
     (tmp_path / "out/blend.json").write_bytes(b'{"TRAIN": []}\n')  # same size, other bytes
     (tmp_path / "out/data_path.txt").write_bytes(CONTENTS["data_path.txt"])
     assert adopt(store, OUTPUT, CONTENTS, {}) is None
-    assert not (tmp_path / "out/blend.receipt.json").exists()
+    assert not (tmp_path / "out/.receipts/blend.receipt.json").exists()
     build_output(store, OUTPUT, write, log=lambda line: None)
     assert adopt(store, OUTPUT, CONTENTS, {}) is None  # a receipt exists: the skeleton judges it
 

@@ -97,15 +97,17 @@ def test_pretraining_graph_writes_to_s3_what_it_writes_locally(s3_env, tmp_path)
     assert leftovers == []
 
 
-def test_harmony_path_on_s3_writes_the_same_bytes_as_on_local_disk(s3_env, tmp_path):
-    """Every asset of the post-training sample, once to s3:// and once to local disk: same files, same bytes
-    (receipts differ only in their storage stamps: ETag on S3, mtime locally)."""
+def test_post_training_path_on_s3_writes_the_same_bytes_as_on_local_disk(s3_env, tmp_path):
+    """Every asset of the post-training sample (Harmony shards, dedup, pools, views, report, then the packed SFT
+    steps, whose samples files the plan and the packer read back as Arrow IPC over s3fs), once to s3:// and once to
+    local disk: same files, same bytes (receipts differ only in their storage stamps: ETag on S3, mtime locally)."""
     from nemotron_assets_tests.defs.harmony.harmony_pipeline import SAMPLE, Pipeline
+    from nemotron_assets_tests.defs.sft.sft_pipeline import SftPipeline
 
-    with dg.instance_for_test() as instance:
-        Pipeline(SAMPLE, "s3://data/post", instance, endpoint_url=s3_env).all()
-    with dg.instance_for_test() as instance:
-        Pipeline(SAMPLE, tmp_path / "local", instance).all()
+    for root, endpoint in (("s3://data/post", s3_env), (tmp_path / "local", None)):
+        with dg.instance_for_test() as instance:
+            Pipeline(SAMPLE, root, instance, endpoint_url=endpoint).all()
+            SftPipeline(root, instance, endpoint_url=endpoint).packed_sft()
 
     fs = _fs(s3_env)
     remote = {path.removeprefix("data/post/"): fs.cat_file(path) for path in fs.find("data/post")}
@@ -113,28 +115,9 @@ def test_harmony_path_on_s3_writes_the_same_bytes_as_on_local_disk(s3_env, tmp_p
              for p in (tmp_path / "local").rglob("*") if p.is_file()}
     assert sorted(remote) == sorted(local)
     assert any(name.startswith("posttrain_sample/pools/tool_use/") for name in remote)
+    assert any(name.startswith("posttrain_sample/sft/") and name.endswith(".arrow") for name in remote)
+    assert any(name == "posttrain_sample/sft/manifest.json" for name in remote)
     assert not any("staging" in name for name in remote)
-    _assert_same_files(local, remote)
-
-
-def test_packed_sft_on_s3_writes_the_same_bytes_as_on_local_disk(s3_env, tmp_path):
-    """The packed SFT steps (samples files read back from S3 by the plan and the packer, as Arrow IPC over s3fs)
-    once to s3:// and once to local disk: the same SFT files, the same bytes."""
-    from nemotron_assets_tests.defs.sft.sft_pipeline import SftPipeline
-
-    for root, endpoint in (("s3://data/sft", s3_env), (tmp_path / "local", None)):
-        with dg.instance_for_test() as instance:
-            pipeline = SftPipeline(root, instance, endpoint_url=endpoint)
-            pipeline.upstream()
-            pipeline.packed_sft()
-
-    fs = _fs(s3_env)
-    remote = {path.removeprefix("data/sft/"): fs.cat_file(path) for path in fs.find("data/sft")
-              if "/sft/" in path.removeprefix("data/sft/")}
-    local = {str(p.relative_to(tmp_path / "local")): p.read_bytes()
-             for p in (tmp_path / "local").rglob("*") if p.is_file() and "/sft/" in str(p.relative_to(tmp_path))}
-    assert sorted(remote) == sorted(local)
-    assert any(name.endswith(".arrow") for name in remote) and any(name.endswith("manifest.json") for name in remote)
     _assert_same_files(local, remote)
 
 

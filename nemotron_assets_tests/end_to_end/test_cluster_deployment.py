@@ -6,11 +6,14 @@ Both servers are real processes started here in /tmp and stopped by their proces
 workers only through the launcher's ``env_vars``, as on a real cluster.
 """
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,6 +78,11 @@ def test_cluster_backfill_runs_each_shard_range_as_a_ray_job_recorded_in_postgre
                    NEMOTRON_BLENDS_DIR=str(REPO / "blends"), DAGSTER_HOME=str(home), HF_HUB_OFFLINE="1")
         services_up = time.monotonic()
 
+        # Ctrl-C once the shard runs are handed to Ray: the command asks the launcher to stop them and exits 130.
+        interrupted = _interrupt_once_shard_runs_are_launched(env)
+        _check_interrupted_runs_stopped(env, home, ray_address, interrupted)
+
+        # The same command again builds everything (what the interrupted runs left is cleaned up or rebuilt).
         done = _cli(["materialize", "sample", "--shards-per-run", str(SHARDS_PER_RUN)], env)
         assert done.returncode == 0, done.stderr[-4000:]
         assert "launched 1 source_split run(s) through RayRunLauncher" in done.stderr
@@ -100,53 +108,120 @@ def test_cluster_backfill_runs_each_shard_range_as_a_ray_job_recorded_in_postgre
         assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
         assert f"using {CLUSTER_HOME}" in verified.stderr and "every output verified" in verified.stderr
 
-        run_ids = _check_runs_in_instance(env, home, ray_address, planned)
+        run_ids = _check_runs_in_instance(env, home, ray_address, planned, before=interrupted)
         import psycopg2
 
         with psycopg2.connect(postgres_url.replace("postgresql+psycopg2://", "postgresql://")) as connection:
             with connection.cursor() as cursor:  # the rows themselves, not through Dagster
                 cursor.execute("SELECT run_id, status FROM runs")
-                assert dict(cursor.fetchall()) == dict.fromkeys(run_ids, "SUCCESS")
+                rows = dict(cursor.fetchall())
+                assert {run_id: rows[run_id] for run_id in run_ids} == dict.fromkeys(run_ids, "SUCCESS")
+                assert set(rows) == run_ids | interrupted
     finished = time.monotonic()
     print(f"services {services_up - started:.1f} s, materialize {materialized - services_up:.1f} s, "
           f"checks {finished - materialized:.1f} s (incl. stopping the servers)")
 
 
-def _check_runs_in_instance(env, home, ray_address, planned) -> set[str]:
+def _interrupt_once_shard_runs_are_launched(env) -> set[str]:
+    """``materialize sample`` in cluster mode, SIGINT as soon as it says it launched the shard runs: it must exit 130
+    within seconds, with the line that says how to go on. Returns the ids of the runs it had launched."""
+    process = subprocess.Popen([sys.executable, "-m", "nemotron_assets", "materialize", "sample", "--shards-per-run",
+                                str(SHARDS_PER_RUN)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT
+        while not any("pretrain_shard run(s) through RayRunLauncher" in line for line in lines):
+            assert process.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        process.wait(timeout=60)
+        stopped_after = time.monotonic() - signalled
+        reader.join(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stderr = "".join(lines)
+    assert process.returncode == 130, stderr
+    assert stopped_after < 10, stderr
+    assert "stopping" in stderr and "to go on, run the same command again: python -m nemotron_assets materialize " \
+        "sample --shards-per-run 2" in stderr, stderr
     import dagster as dg
-    from dagster._core.storage.dagster_run import DagsterRunStatus
-    from dagster_postgres import PostgresRunStorage
-    from dagster_ray import RayRunLauncher
+
+    with _environment(env), dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        return {run.run_id for run in instance.get_runs()}
+
+
+def _check_interrupted_runs_stopped(env, home, ray_address, run_ids: set[str]) -> None:
+    """Each shard run the interrupted command launched ends canceled (or had finished), and its Ray job is not left
+    running."""
+    import dagster as dg
     from ray.job_submission import JobStatus, JobSubmissionClient
 
+    stopped = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
+    with _environment(env), dg.DagsterInstance.from_config(str(home)) as instance:
+        shard_key = dg.AssetKey(["sample", "pretrain_shard"])
+        shard_runs = [r for r in instance.get_runs() if r.run_id in run_ids and shard_key in (r.asset_selection or ())]
+        assert shard_runs and any(r.status in stopped for r in shard_runs), [r.status for r in shard_runs]
+        assert all(r.status in stopped or r.status == dg.DagsterRunStatus.SUCCESS for r in shard_runs), \
+            [r.status for r in shard_runs]
+    client = JobSubmissionClient(ray_address)
+    deadline = time.monotonic() + 60
+    while True:
+        jobs = {(j.metadata or {}).get("dagster/run-id"): j for j in client.list_jobs()}
+        going = [run_id for run_id in run_ids if run_id in jobs and not jobs[run_id].status.is_terminal()]
+        if not going:
+            break
+        assert time.monotonic() < deadline, f"Ray jobs still going after the interrupt: {going}"
+        time.sleep(1)
+    assert all(jobs[r.run_id].status in (JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED)
+               for r in shard_runs if r.run_id in jobs)
+
+
+@contextlib.contextmanager
+def _environment(env):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            assert isinstance(instance.run_storage, PostgresRunStorage)
-            assert isinstance(instance.run_launcher, RayRunLauncher)
-            runs = instance.get_runs()
-            shard_runs = [r for r in runs if dg.AssetKey(["sample", "pretrain_shard"]) in (r.asset_selection or ())]
-            expected_shard_runs = -(-len(planned) // SHARDS_PER_RUN)  # at least; ranges break at dataset ends
-            assert len(shard_runs) >= expected_shard_runs and len(runs) == len(shard_runs) + 2
-            assert all(r.status == DagsterRunStatus.SUCCESS for r in runs)
-            for run in runs:
-                assert run.remote_job_origin.location_name == "nemotron_assets.definitions"
-                messages = [e.message for e in instance.all_logs(run.run_id) if e.is_dagster_event]
-                assert "[RayRunLauncher] Ray run job created" in messages, (run.run_id, messages[:10])
-            forked = [run.run_id for run in shard_runs  # a Ray worker's step forks its shard builds too
-                      if any(" shard(s) in 2 processes" in entry.user_message
-                             for entry in instance.all_logs(run.run_id))]
-            assert forked, "no shard run built its shards in forked processes"
-            materialized = instance.get_materialized_partitions(dg.AssetKey(["sample", "pretrain_shard"]))
-            assert materialized == set(planned)
-            run_ids = {r.run_id for r in runs}
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _check_runs_in_instance(env, home, ray_address, planned, before: set[str]) -> set[str]:
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRunStatus
+    from dagster_postgres import PostgresRunStorage
+    from dagster_ray import RayRunLauncher
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    with _environment(env), dg.DagsterInstance.from_config(str(home)) as instance:
+        assert isinstance(instance.run_storage, PostgresRunStorage)
+        assert isinstance(instance.run_launcher, RayRunLauncher)
+        runs = [run for run in instance.get_runs() if run.run_id not in before]  # the second command's
+        shard_runs = [r for r in runs if dg.AssetKey(["sample", "pretrain_shard"]) in (r.asset_selection or ())]
+        expected_shard_runs = -(-len(planned) // SHARDS_PER_RUN)  # at least; ranges break at dataset ends
+        assert len(shard_runs) >= expected_shard_runs and len(runs) == len(shard_runs) + 2
+        assert all(r.status == DagsterRunStatus.SUCCESS for r in runs)
+        for run in runs:
+            assert run.remote_job_origin.location_name == "nemotron_assets.definitions"
+            messages = [e.message for e in instance.all_logs(run.run_id) if e.is_dagster_event]
+            assert "[RayRunLauncher] Ray run job created" in messages, (run.run_id, messages[:10])
+        forked = [run.run_id for run in shard_runs  # a Ray worker's step forks its shard builds too
+                  if any(" shard(s) in 2 processes" in entry.user_message
+                         for entry in instance.all_logs(run.run_id))]
+        assert forked, "no shard run built its shards in forked processes"
+        materialized = instance.get_materialized_partitions(dg.AssetKey(["sample", "pretrain_shard"]))
+        assert materialized == set(planned)
+        run_ids = {r.run_id for r in runs}
 
     # Ray ran one job per Dagster run, each finished
     jobs = JobSubmissionClient(ray_address).list_jobs()

@@ -158,7 +158,8 @@ def check_shard_from_s3(fs: s3fs.S3FileSystem, prefix: str, download: Path) -> N
     local.parent.mkdir(parents=True, exist_ok=True)
     for ext in (".bin", ".idx"):
         fs.get_file(prefix + ext, f"{local}{ext}")
-    receipt = json.loads(fs.cat_file(f"{prefix}.json"))["stats"]
+    folder, _, stem = prefix.rpartition("/")
+    receipt = json.loads(fs.cat_file(f"{folder}/.receipts/{stem}.json"))["stats"]
     raw = read_raw(local)
     assert raw.version == 1
     assert raw.num_document_indices - 1 == receipt["documents"] > 0
@@ -212,7 +213,7 @@ def test_s3_restart_mid_run_leaves_no_half_shard_and_a_rerun_completes(tmp_path,
     recording = tmp_path / "moto_recording.jsonl"
     monkeypatch.setenv("MOTO_ENABLE_RECORDING", "True")  # moto_server inherits these
     monkeypatch.setenv("MOTO_RECORDER_FILEPATH", str(recording))
-    receipts = f"{blend_root('load')}/pretrain/big/*.json"
+    receipts = f"{blend_root('load')}/pretrain/big/.receipts/*.json"
     with moto_server(port) as endpoint:
         make_bucket(endpoint, BUCKET)
         # one HTTP attempt per request (botocore's default retries a dead endpoint for ~7 s); our step's
@@ -270,17 +271,17 @@ def wait_until(condition: Callable[[], bool], what: str, process: subprocess.Pop
 
 
 def shard_states(fs: s3fs.S3FileSystem, folder: str) -> tuple[list[int], list[int]]:
-    """(complete, incomplete) shard indices among those with any object; a receipt only ever sits next to a
-    .bin and .idx of the sizes it records, so nothing half-written can pass for done."""
-    sizes = {path.rsplit("/", 1)[-1]: info["size"] for path, info in fs.find(folder, detail=True).items()}
-    indices = sorted({int(name[len("shard_"):len("shard_00000")]) for name in sizes})
+    """(complete, incomplete) shard indices among those with any object; a receipt (in ``.receipts/``) only ever
+    sits beside a .bin and .idx of the sizes it records, so nothing half-written can pass for done."""
+    sizes = {path.removeprefix(f"{folder}/"): info["size"] for path, info in fs.find(folder, detail=True).items()}
+    indices = sorted({int(name.rpartition("/")[2][len("shard_"):len("shard_00000")]) for name in sizes})
     complete, incomplete = [], []
     for index in indices:
         stem = f"shard_{index:05d}"
-        if f"{stem}.json" not in sizes:
+        if f".receipts/{stem}.json" not in sizes:
             incomplete.append(index)
             continue
-        stats = json.loads(fs.cat_file(f"{folder}/{stem}.json"))["stats"]
+        stats = json.loads(fs.cat_file(f"{folder}/.receipts/{stem}.json"))["stats"]
         assert sizes.get(f"{stem}.bin") == stats["bin_bytes"], f"{stem}: receipt without its .bin"
         assert sizes.get(f"{stem}.idx") == stats["idx_bytes"], f"{stem}: receipt without its .idx"
         complete.append(index)

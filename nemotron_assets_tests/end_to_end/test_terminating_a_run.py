@@ -44,9 +44,9 @@ def test_a_run_terminated_from_the_ui_stops_its_builds_and_ends_canceled(tmp_pat
         launched = ui.graphql(LAUNCH, {"params": params})["launchRun"]
         assert launched["__typename"] == "LaunchRunSuccess", launched
         run_id = launched["run"]["runId"]
-        shards = data / "big" / "pretrain" / "big"
+        receipts = data / "big" / "pretrain" / "big" / ".receipts"
         deadline = time.monotonic() + 180
-        while not ((shards / "shard_00000.json").exists() and list((data / ".staging").glob("*/shard.bin"))):
+        while not ((receipts / "shard_00000.json").exists() and list((data / ".staging").glob("*/shard.bin"))):
             assert time.monotonic() < deadline, f"no second build started: {ui.run_status(run_id)}\n{ui.log_tails()}"
             time.sleep(0.05)
 
@@ -57,8 +57,8 @@ def test_a_run_terminated_from_the_ui_stops_its_builds_and_ends_canceled(tmp_pat
         assert status == "CANCELED", ui.log_tails()
         assert stopped_after < 5, f"the run ended {stopped_after:.1f} s after the termination request"
         assert not list((data / ".staging").iterdir())  # the killed builds' staging is gone
-        assert (shards / "shard_00000.json").exists()  # committed before the request: still done
-        assert not (shards / "shard_00003.json").exists()
+        assert (receipts / "shard_00000.json").exists()  # committed before the request: still done
+        assert not (receipts / "shard_00003.json").exists()
         assert "Execution of step \"big__pretrain_shard\" failed." in ui.run_messages(run_id)
 
     again = subprocess.run([sys.executable, "-m", "nemotron_assets", "materialize", "big"], env=env, cwd=REPO,

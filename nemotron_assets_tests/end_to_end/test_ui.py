@@ -64,12 +64,18 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
 
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    with dagster_ui(REPO, ui_env, log_dir) as ui, sync_api.sync_playwright() as playwright:
+    with dagster_ui(REPO, ui_env, log_dir, daemon=False) as ui, sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         page.set_default_timeout(30_000)
         expect.set_options(timeout=30_000)
         try:
+            # A backfill of one dataset's three shards, as the UI's "Launch backfill" sends it, requested before the
+            # daemon starts so that its first loop takes it (the backfill loop then sleeps 30 s); checked in 2.
+            wiki = [f"wiki/shard_{i:05d}" for i in range(3)]
+            backfill = ui.launch_backfill(["sample", "pretrain_shard"], wiki)
+            ui.start_daemon()
+
             # 1. The asset graph of group `sample`: source_split -> pretrain_shard -> megatron_blend.
             page.goto(f"{ui.url}/locations/{LOCATION}/asset-groups/sample")
             expect(page.get_by_text("Asset Group in", exact=False)).to_be_visible()
@@ -93,10 +99,8 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             assert deps == {"sample/source_split": [], "sample/pretrain_shard": ["sample/source_split"],
                             "sample/megatron_blend": ["sample/pretrain_shard"]}, deps
 
-            # 2. A backfill of one dataset's three shards, as the UI's "Launch backfill" sends it: one run (the shard
-            # assets have a single-run backfill policy), which builds the three at the same time in its step.
-            wiki = [f"wiki/shard_{i:05d}" for i in range(3)]
-            backfill = ui.launch_backfill(["sample", "pretrain_shard"], wiki)
+            # 2. The backfill requested at the start ends as one run (the shard assets have a single-run backfill
+            # policy), which builds the three shards at the same time in its step.
             assert ui.wait_for_backfill(backfill) == "COMPLETED_SUCCESS", ui.log_tails()
             runs = ui.runs(("dagster/backfill", backfill))
             assert len(runs) == 1 and runs[0]["status"] == "SUCCESS", runs
@@ -136,7 +140,7 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             page.get_by_text(PARTITION, exact=True).first.click()
             expect(page.get_by_text("Materialized", exact=True)).to_be_visible()  # the partition's status tag
             expect(page.get_by_role("link", name=run_id[:8], exact=True)).to_be_visible()  # by our run
-            stats = json.loads((data / "pretrain" / "code" / "shard_00000.json").read_text())["stats"]
+            stats = json.loads((data / "pretrain" / "code" / ".receipts" / "shard_00000.json").read_text())["stats"]
 
             def value_cell(key: str):
                 row = page.locator("tr").filter(has=page.locator("td:first-child", has_text=re.compile(f"^{key}$")))
@@ -171,7 +175,7 @@ def test_ui_shows_lineage_launches_a_partition_and_shows_its_metadata(ui_env, ar
             toggle.click()
             expect(switch).to_be_checked()
             page.screenshot(path=artifacts / "06-build-sensor-on.png")
-            receipt = data / "pretrain" / "blend.receipt.json"
+            receipt = data / "pretrain" / ".receipts" / "blend.receipt.json"
             deadline = time.monotonic() + 180
             while not receipt.exists():
                 assert time.monotonic() < deadline, f"the build sensor did not build the blend\n{ui.log_tails()}"

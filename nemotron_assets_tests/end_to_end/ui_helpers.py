@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ def free_port() -> int:
 class DagsterUI:
     url: str
     logs: dict[str, Path]
+    start_daemon: Callable[[], None] = lambda: None  # starts ``dagster-daemon run`` if it is not running yet
 
     def graphql(self, query: str, variables: dict | None = None) -> dict:
         request = urllib.request.Request(f"{self.url}/graphql", method="POST",
@@ -115,22 +116,31 @@ def _stop(process: subprocess.Popen, timeout: float = 20) -> None:
 @contextlib.contextmanager
 def dagster_ui(repo: Path, env: dict[str, str], log_dir: Path, daemon: bool = True,
                startup_timeout: float = 60) -> Iterator[DagsterUI]:
-    """``dagster-webserver -h 127.0.0.1 -p PORT -w workspace.yaml`` (and ``dagster-daemon run``, which dequeues
-    the runs the UI launches: the instance's ``concurrency.runs`` means a QueuedRunCoordinator) until exit."""
+    """``dagster-webserver -h 127.0.0.1 -p PORT -w workspace.yaml`` and ``dagster-daemon run`` (which dequeues the
+    runs the UI launches: the instance's ``concurrency.runs`` means a QueuedRunCoordinator) until exit. With
+    ``daemon=False`` the daemon starts at ``ui.start_daemon()``: a backfill requested before it starts is taken by
+    its first loop, instead of waiting up to the backfill daemon's fixed 30 s interval."""
     port = free_port()
     bin_dir = Path(sys.executable).parent
     workspace = str(repo / "workspace.yaml")
-    commands = {"webserver": [str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", workspace]}
-    if daemon:
-        commands["daemon"] = [str(bin_dir / "dagster-daemon"), "run", "-w", workspace]
+    commands = {"webserver": [str(bin_dir / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w", workspace],
+                "daemon": [str(bin_dir / "dagster-daemon"), "run", "-w", workspace]}
     logs = {name: log_dir / f"{name}.log" for name in commands}
     processes: dict[str, subprocess.Popen] = {}
-    ui = DagsterUI(f"http://127.0.0.1:{port}", logs)
+
+    def start(name: str) -> None:
+        if name in processes:
+            return
+        with open(logs[name], "wb") as log:
+            processes[name] = subprocess.Popen(commands[name], cwd=repo, env=env, stdout=log,
+                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                               start_new_session=True)
+
+    ui = DagsterUI(f"http://127.0.0.1:{port}", logs, start_daemon=lambda: start("daemon"))
     try:
-        for name, command in commands.items():
-            with open(logs[name], "wb") as log:
-                processes[name] = subprocess.Popen(command, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        start("webserver")
+        if daemon:
+            start("daemon")
         deadline = time.monotonic() + startup_timeout
         while True:
             with contextlib.suppress(OSError, ValueError):

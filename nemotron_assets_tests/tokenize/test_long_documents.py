@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors
 
-from nemotron_assets.defs.pretrain.build import BackendMismatch, build_shard
+from nemotron_assets.defs.pretrain.shard import BackendMismatch, build_shard
 from nemotron_assets.formats.megatron import DType
 from nemotron_assets.tokenize.cuts import Cutter, cut_rules
 from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
@@ -362,6 +362,6 @@ def test_build_shard_logs_once_why_long_documents_were_tokenized_whole(folders, 
     assert stats.as_dict()["long_documents"] == {"in_pieces": 0, "whole": {METASPACE_FIRST: 2}}
     assert read_dataset(tmp_path / "shard")[1] == megatron_documents(reference(folder / "tokenizer.json"), texts,
                                                                      eod)
-    with caplog.at_level(logging.WARNING, logger="nemotron_assets.defs.pretrain.build"):
+    with caplog.at_level(logging.WARNING, logger="nemotron_assets.defs.pretrain.shard"):
         build_shard([texts[:1]], tokenizer, DType.uint16, tmp_path / "again")  # no log given: Python logging
     assert [r.getMessage() for r in caplog.records] == logs

@@ -22,8 +22,8 @@ from transformers import AutoTokenizer
 from nemotron_assets.core.blend import Blend, DatasetEntry
 from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.pretrain.build import BackendMismatch, build_shard
 from nemotron_assets.defs.pretrain.layout import shard_prefix
+from nemotron_assets.defs.pretrain.shard import BackendMismatch, build_shard
 from nemotron_assets.defs.sources.manifest import build_manifest
 from nemotron_assets.formats.megatron import DType, dtype_for_vocab
 from nemotron_assets.sources.errors import InputError

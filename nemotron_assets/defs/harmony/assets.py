@@ -18,7 +18,7 @@ from pydantic import Field
 from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.pipeline import Assets, BlendScope
-from nemotron_assets.core.records import read_receipt, require_manifest
+from nemotron_assets.core.records import read_receipt, receipt_path, require_manifest
 from nemotron_assets.core.reporting import (
     CheckOutcome,
     materialize_partitions,
@@ -50,9 +50,6 @@ ROWS_MATCH_SOURCE = "rows_match_source_minus_drops"
 IDS_UNIQUE = "ids_unique_after_dedup"
 ROWS_SATISFY_PREDICATE = "rows_satisfy_predicate"
 DEFAULT_POOLS = PoolThresholds()
-# What is built from the shards rebuilds itself once its inputs changed, when the blend's automation sensor runs
-# (``<blend>__post_training_automation``, stopped by default): each step then finds what is still up to date.
-REBUILD_WHEN_INPUTS_CHANGE = dg.AutomationCondition.eager()
 
 
 class RebuildConfig(dg.Config):
@@ -86,7 +83,6 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     scored = tuple(blend.scoring.pools) if blend.scoring is not None else ()
     family_partitions = scope.partitions("family_datasets", dg.StaticPartitionsDefinition(list(curation.datasets)))
     pool_partitions = scope.partitions("pools", dg.StaticPartitionsDefinition(list(POOL_NAMES)))
-    automation = None if scope.samples else REBUILD_WHEN_INPUTS_CHANGE
     shard_key = dg.AssetKey(scope.key("harmony_shard"))
 
     @partitioned_asset(
@@ -125,8 +121,8 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
                 log_harmony_shards(lineage, context, store, blend.name, built, manifests)
 
     @partitioned_asset(
-        scope.key("harmony_dedup"), group=scope.group, automation_condition=automation,
-        partitions_def=family_partitions, kinds={"parquet"},
+        scope.key("harmony_dedup"), group=scope.group,
+        partitions_def=family_partitions, kinds={"parquet"}, backfill_policy=dg.BackfillPolicy.single_run(),
         deps=[dg.AssetDep(harmony_shard, partition_mapping=dg.AllPartitionMapping())],
         checks={IDS_UNIQUE: "after removing the duplicates, every id occurs once"},
         description="Exact dedup by SHA1 of the Harmony text across all shards of a dataset; the first occurrence "
@@ -156,7 +152,7 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
                                           build, check)
 
     @partitioned_asset(
-        scope.key("candidate_pool"), group=scope.group, automation_condition=automation,
+        scope.key("candidate_pool"), group=scope.group,
         partitions_def=pool_partitions, kinds={"parquet", "polars"},
         deps=[dg.AssetDep(harmony_dedup, partition_mapping=dg.AllPartitionMapping())],
         checks={ROWS_SATISFY_PREDICATE: "every row of the pool satisfies the pool's predicate"},
@@ -199,7 +195,7 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
                 log_pools(lineage, context, store, blend.name, built, manifests)
 
     @partitioned_asset(
-        scope.key("embedding_view"), group=scope.group, automation_condition=automation,
+        scope.key("embedding_view"), group=scope.group,
         partitions_def=pool_partitions, kinds={"parquet"},
         deps=[candidate_pool], backfill_policy=dg.BackfillPolicy.single_run(),
         description="Per pool, one text per row to embed in each view: the prompt, a reasoning excerpt, and the "
@@ -224,7 +220,6 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
     @dg.asset(
         key=scope.key("behavior_report"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
-        automation_condition=automation,
         deps=[embedding_view], kinds={"markdown"},
         description="Tool-call coverage and uniqueness of every pool's behavior view: a collapsed view shows "
                     "as few distinct signatures.",
@@ -266,7 +261,7 @@ def check_shard_rows(store: Storage, scope, partition: str) -> CheckOutcome:
     prefix = harmony_shard_prefix(scope.base(sample), ShardKey.parse(shard))
     receipt = read_receipt(store, prefix)
     if receipt is None:
-        return CheckOutcome(ROWS_MATCH_SOURCE, False, {"problem": f"{store.url(prefix + '.json')} is not readable"})
+        return CheckOutcome(ROWS_MATCH_SOURCE, False, {"problem": f"{store.url(receipt_path(prefix))} is not readable"})
     stored = pl.scan_parquet(store.url(f"{prefix}.parquet"), storage_options=store.polars_options()).select(
         pl.len()).collect().item()
     expected = receipt.stats["rows"] - sum(receipt.stats["dropped"].values())

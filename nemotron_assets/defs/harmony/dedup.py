@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from nemotron_assets.core.layout import ShardKey
-from nemotron_assets.core.records import NotReady, read_manifest
+from nemotron_assets.core.records import NotReady, read_manifest, stored_path
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.layout import duplicates_path, harmony_shard_path
 from nemotron_assets.defs.harmony.shard import HarmonyDataset, harmony_freshness
@@ -82,7 +82,8 @@ def deduplicated_rows(store: Storage, dataset: HarmonyDataset, base: str) -> pl.
     frames = [pl.scan_parquet(store.url(path), storage_options=options).with_row_index("_row")
               .with_columns(pl.lit(index, dtype=pl.Int64).alias("_shard"))
               for index, path in enumerate(current_shards(store, dataset, base, manifest))]
-    duplicates = (pl.scan_parquet(store.url(duplicates_path(base, dataset.name)), storage_options=options)
+    found = stored_path(store, duplicates_path(base, dataset.name))  # its legacy place in a tree not moved yet
+    duplicates = (pl.scan_parquet(store.url(found), storage_options=options)
                   .select(pl.col("shard").alias("_shard"), pl.col("row").alias("_row"),
                           pl.lit(True).alias("_duplicate")))
     joined = pl.concat(frames, how="vertical").with_columns(pl.col("_row").cast(pl.Int64)).join(

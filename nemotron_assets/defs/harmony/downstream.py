@@ -1,9 +1,9 @@
 """The steps after the Harmony shards, each built and committed as every output is (core/step.py):
 
-    harmony_dedup   <base>/harmony/<dataset>/duplicates.parquet   (+ duplicates.json receipt)
-    candidate_pool  <base>/pools/<pool>/part-00000.parquet         (+ part-00000.json receipt, manifest.json)
-    embedding_view  <base>/embedding/<view>/<pool>/part-00000.parquet (+ part-00000.json receipt), per view
-    behavior_report <base>/embedding/behavior_report.md            (+ behavior_report.json receipt)
+    harmony_dedup   <base>/harmony/<dataset>/.meta/duplicates.parquet (receipt .receipts/duplicates.json)
+    candidate_pool  <base>/pools/<pool>/part-00000.parquet         (+ .meta/manifest.json, .receipts/part-00000.json)
+    embedding_view  <base>/embedding/<view>/<pool>/part-00000.parquet (+ .receipts/part-00000.json), per view
+    behavior_report <base>/embedding/behavior_report.md            (+ .receipts/behavior_report.json)
 
 Each output's receipt ``inputs`` name the exact upstream files it read, by the sha256 their own receipts record, plus
 its settings and this code's format version. So when a shard is rebuilt with other bytes, its dataset's dedup, every
@@ -39,8 +39,10 @@ from nemotron_assets.core.step import Outcome, Output, Staged, build_output, bui
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.dedup import current_shards, find_duplicates
 from nemotron_assets.defs.harmony.layout import (
+    DUPLICATES_FILE,
+    POOL_MANIFEST_FILE,
     behavior_report_path,
-    duplicates_path,
+    duplicates_prefix,
     embedding_view_path,
     harmony_shard_prefix,
     pool_part_path,
@@ -97,6 +99,13 @@ def _file_versions(receipt: Receipt) -> dict:
     return {suffix: recorded["sha256"] for suffix, recorded in receipt.files.items()}
 
 
+def duplicates_sha256(receipt: Receipt) -> str:
+    """The sha256 of a dedup result's one file (``.meta/duplicates.parquet``; ``.parquet`` in a receipt written
+    before the ``.meta/`` folder, core/upgrade.py)."""
+    (recorded,) = receipt.files.values()
+    return recorded["sha256"]
+
+
 # --- dedup --------------------------------------------------------------------------------------------------------
 def dedup_inputs(store: Storage, curation: Curation, base: str, dataset: str) -> tuple[dict, list[list[str]]]:
     """(inputs, shard files per dataset read) of one dataset's dedup: its own shards, and with ``across_datasets``
@@ -117,7 +126,6 @@ def materialize_dedup(store: Storage, curation: Curation, base: str, dataset: st
                       log=print) -> Outcome:
     """The dataset's duplicates: rows whose id an earlier row already has (see the module docstring)."""
     inputs, paths = dedup_inputs(store, curation, base, dataset)
-    relative = duplicates_path(base, dataset)
 
     def build(folder: Path) -> Staged:
         earlier = [path for dataset_paths in paths[:-1] for path in dataset_paths]
@@ -130,9 +138,9 @@ def materialize_dedup(store: Storage, curation: Curation, base: str, dataset: st
         for path in own:
             with store.open(path) as stream:
                 rows += pq.ParquetFile(stream).metadata.num_rows
-        return Staged({".parquet": folder / "duplicates.parquet"}, {"rows": rows, "duplicates": len(mine)})
+        return Staged({DUPLICATES_FILE: folder / "duplicates.parquet"}, {"rows": rows, "duplicates": len(mine)})
 
-    prefix = prefix_of(relative)
+    prefix = duplicates_prefix(base, dataset)
     return build_output(store, Output(prefix, inputs, DEDUP_FORMAT, prefix), build, force, log)
 
 
@@ -141,13 +149,13 @@ def pool_inputs(store: Storage, curation: Curation, base: str, thresholds: PoolT
     """Every family dataset's shards and dedup result the pools read, and the thresholds."""
     datasets = {}
     for name in curation.datasets:
-        dedup = _done_receipt(store, prefix_of(duplicates_path(base, name)), f"dedup of {name!r}",
+        dedup = _done_receipt(store, duplicates_prefix(base, name), f"dedup of {name!r}",
                               f"{curation.blend}/harmony_dedup partition {name!r}")
         expected, _ = dedup_inputs(store, curation, base, name)
         if dedup.inputs != expected:
             raise NotReady(f"the dedup result of {name!r} is stale (its shards changed): materialize "
                            f"{curation.blend}/harmony_dedup partition {name!r} first")
-        datasets[name] = {"shards": expected["shards"], "duplicates": _file_versions(dedup)[".parquet"]}
+        datasets[name] = {"shards": expected["shards"], "duplicates": duplicates_sha256(dedup)}
     return {"format": POOL_FORMAT, "thresholds": asdict(thresholds), "datasets": datasets}
 
 
@@ -169,7 +177,7 @@ def materialize_pool(store: Storage, curation: Curation, base: str, pool: str, t
 
     def build(folder: Path) -> Staged:
         manifest = stage_pool(blend_rows(store, curation.datasets, base), pool, thresholds, folder)
-        return Staged({".parquet": folder / "part-00000.parquet", "manifest.json": folder / "manifest.json"},
+        return Staged({".parquet": folder / "part-00000.parquet", POOL_MANIFEST_FILE: folder / "manifest.json"},
                       {"rows": manifest["rows"], "rows_by_dataset": manifest["rows_by_dataset"]})
 
     prefix = prefix_of(pool_path(base, pool))
@@ -246,21 +254,22 @@ def downstream_states(store: Storage, curation: Curation, base: str, read_conten
     states = []
     pools_read = pool_inputs_once(store, curation, base)
 
-    def add(asset: str, key: str, relative: str, inputs_of) -> None:
-        prefix = prefix_of(relative)
+    def add(asset: str, key: str, prefix: str, inputs_of) -> None:
         states.append(OutputState(asset, key, prefix,
                                   freshness_when_ready(store, prefix, inputs_of, read_content=read_content)))
 
     for name in curation.datasets:
-        add("harmony_dedup", name, duplicates_path(base, name),
+        add("harmony_dedup", name, duplicates_prefix(base, name),
             lambda name=name: dedup_inputs(store, curation, base, name)[0])
     for pool in POOL_NAMES:
         built = read_receipt(store, prefix_of(pool_path(base, pool)))
         thresholds = PoolThresholds(**built.inputs["thresholds"]) if built else PoolThresholds()
-        add("candidate_pool", pool, pool_path(base, pool), lambda thresholds=thresholds: pools_read(thresholds))
+        add("candidate_pool", pool, prefix_of(pool_path(base, pool)),
+            lambda thresholds=thresholds: pools_read(thresholds))
     for pool in POOL_NAMES:
         for view in VIEWS:
-            add("embedding_view", f"{view}/{pool}", embedding_view_path(base, view, pool),
+            add("embedding_view", f"{view}/{pool}", prefix_of(embedding_view_path(base, view, pool)),
                 lambda pool=pool: view_inputs(store, curation, base, pool, pools_read))
-    add("behavior_report", "", behavior_report_path(base), lambda: report_inputs(store, curation, base, pools_read))
+    add("behavior_report", "", prefix_of(behavior_report_path(base)),
+        lambda: report_inputs(store, curation, base, pools_read))
     return states

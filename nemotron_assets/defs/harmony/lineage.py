@@ -1,7 +1,7 @@
 """W&B lineage of the Harmony curation path (core/lineage.py says how lineage works): each harmony_shard run uses
 the source manifests and logs ``<blend>-<dataset>-harmony`` (type harmony-shards: every finished Parquet shard +
 receipt of the dataset), and each candidate_pool run uses the Harmony artifacts of every family dataset and logs
-``<blend>-pool-<pool>`` (type candidate-pool: the pool's Parquet part, receipt and manifest.json).
+``<blend>-pool-<pool>`` (type candidate-pool: the pool's Parquet part, receipt and .meta/manifest.json).
 """
 
 from dataclasses import dataclass
@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import dagster as dg
 
 from nemotron_assets.core.lineage import ShardOutputs, WandbLineage, files_artifact, reference, shards_artifact
+from nemotron_assets.core.records import receipt_path
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.layout import harmony_shard_prefix, pool_dir, pool_path
+from nemotron_assets.defs.harmony.layout import harmony_shard_prefix, pool_manifest_path, pool_path
 
 HARMONY_SHARDS = ShardOutputs("harmony", "harmony-shards", harmony_shard_prefix, (".parquet",),
                               ("rows", "records", "valid_harmony", "placeholder_prompts", "bytes", "sha256"),
@@ -29,8 +30,8 @@ def pool_artifact(store: Storage, blend: str, pool: str, metadata: dict | None =
     data = pool_path(blend, pool)
     return files_artifact(f"{blend}-pool-{pool}", "candidate-pool", metadata or {},
                           [reference(store, data, checksum=False),
-                           reference(store, data.rsplit(".", 1)[0] + ".json", checksum=True),
-                           reference(store, f"{pool_dir(blend, pool)}/manifest.json", checksum=True)])
+                           reference(store, receipt_path(data.rsplit(".", 1)[0]), checksum=True),
+                           reference(store, pool_manifest_path(blend, pool), checksum=True)])
 
 
 def log_harmony_shards(lineage: WandbLineage, context: dg.AssetExecutionContext, store: Storage, blend: str,

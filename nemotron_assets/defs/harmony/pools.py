@@ -21,10 +21,11 @@ from pathlib import Path
 
 import polars as pl
 
+from nemotron_assets.core.records import stored_path
 from nemotron_assets.core.sections import POOL_NAMES
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.dedup import deduplicated_rows
-from nemotron_assets.defs.harmony.layout import PoolPartKey, pool_dir, pool_part_number, pool_path
+from nemotron_assets.defs.harmony.layout import PoolPartKey, pool_dir, pool_manifest_path, pool_part_number, pool_path
 from nemotron_assets.defs.harmony.shard import HarmonyDataset
 
 #: Target bytes of one row group of a pool file (in memory while the sink fills it).
@@ -86,7 +87,7 @@ def row_group_rows(selected: pl.LazyFrame) -> int:
 
 
 def stage_pool(rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds, folder: Path) -> dict:
-    """Stream the rows of ``pool`` into ``folder/part-00000.parquet`` beside its ``manifest.json`` (rows per dataset
+    """Stream the rows of ``pool`` into ``folder/part-00000.parquet`` and its ``manifest.json`` (rows per dataset
     and the thresholds, which the pool check re-reads); returns the manifest."""
     selected = rows.filter(pool_predicate(pool, thresholds))
     staged = folder / "part-00000.parquet"
@@ -107,7 +108,7 @@ def pool_part_numbers(store: Storage, base: str, pool: str) -> list[int]:
 
 def rows_outside_predicate(store: Storage, base: str, pool: str) -> int:
     """Rows of a committed pool that its own predicate (with the thresholds it was built with) rejects."""
-    manifest = json.loads(store.read_bytes(f"{pool_dir(base, pool)}/manifest.json"))
+    manifest = json.loads(store.read_bytes(stored_path(store, pool_manifest_path(base, pool))))
     predicate = pool_predicate(pool, PoolThresholds(**manifest["thresholds"]))
     return (pl.scan_parquet(store.url(pool_path(base, pool)), storage_options=store.polars_options())
             .filter(~predicate).select(pl.len()).collect().item())

@@ -16,7 +16,7 @@ from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey, base_dir
 from nemotron_assets.core.partitions import Scope
 from nemotron_assets.core.pipeline import StatusRequest
-from nemotron_assets.core.records import Receipt
+from nemotron_assets.core.records import Receipt, stored_path
 from nemotron_assets.core.status import (
     RECORDED,
     DatasetStatus,
@@ -31,7 +31,7 @@ from nemotron_assets.core.status import (
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.build import SCHEMA as HARMONY_SCHEMA
 from nemotron_assets.defs.harmony.downstream import Curation, downstream_states
-from nemotron_assets.defs.harmony.layout import harmony_shard_prefix
+from nemotron_assets.defs.harmony.layout import duplicates_path, harmony_shard_prefix
 from nemotron_assets.defs.harmony.shard import harmony_freshness
 
 
@@ -82,7 +82,8 @@ def harmony_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend,
         return problems  # what is built from the shards cannot be judged until they are right
     for output in downstream_states(store, curation, blend.name, read_content=True):
         suffix = ".md" if output.asset == "behavior_report" else ".parquet"
-        url = store.url(output.prefix + suffix)
+        url = store.url(stored_path(store, duplicates_path(blend.name, output.key)) if output.asset == "harmony_dedup"
+                        else output.prefix + suffix)
         what = f"{blend.name}/{output.asset}" + (f" partition '{output.key}'" if output.key else "")
         if not output.freshness.done:
             problems.append(Problem(url, f"{output.freshness.state.value}: {output.freshness.reason}: "

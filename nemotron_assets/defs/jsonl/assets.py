@@ -13,7 +13,7 @@ import dagster as dg
 from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.pipeline import Assets, BlendScope
-from nemotron_assets.core.records import read_receipt, require_manifest
+from nemotron_assets.core.records import read_receipt, receipt_path, require_manifest
 from nemotron_assets.core.reporting import (
     CheckOutcome,
     materialize_partitions,
@@ -126,7 +126,8 @@ def check_files(store: Storage, scope, partition: str) -> CheckOutcome:
     prefix = jsonl_shard_prefix(scope.base(sample), ShardKey.parse(shard))
     receipt = read_receipt(store, prefix)
     if receipt is None:
-        return CheckOutcome(FILES_MATCH_RECEIPT, False, {"problem": f"{store.url(prefix + '.json')} is not readable"})
+        return CheckOutcome(FILES_MATCH_RECEIPT, False,
+                            {"problem": f"{store.url(receipt_path(prefix))} is not readable"})
     problems = shard_problems(store, prefix, receipt)
     return CheckOutcome(FILES_MATCH_RECEIPT, not problems,
                         {"files": len(receipt.files),

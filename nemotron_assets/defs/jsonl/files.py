@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import orjson
 import zstandard
 
-from nemotron_assets.core.records import Receipt, output_path
+from nemotron_assets.core.records import Receipt, output_path, receipt_path
 from nemotron_assets.core.storage import Storage
 
 READ_BUFFER = 1 << 20
@@ -49,8 +49,8 @@ def shard_problems(store: Storage, prefix: str, receipt: Receipt) -> dict[str, s
     problems = {}
     written = sum(stats["rows"].values())
     if stats["rows_in"] != written + sum(stats["dropped"].values()):
-        problems[prefix + ".json"] = (f"counts do not add up: {stats['rows_in']:,} row(s) read, {written:,} written, "
-                                      f"{sum(stats['dropped'].values()):,} dropped")
+        problems[receipt_path(prefix)] = (f"counts do not add up: {stats['rows_in']:,} row(s) read, {written:,} "
+                                          f"written, {sum(stats['dropped'].values()):,} dropped")
     for split, recorded in stats["files"].items():
         relative = output_path(prefix, recorded["path"])
         problem = file_problem(store, relative, stats["rows"].get(split, 0))

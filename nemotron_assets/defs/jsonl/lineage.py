@@ -7,6 +7,7 @@ its receipt).
 import dagster as dg
 
 from nemotron_assets.core.lineage import ShardOutputs, WandbLineage, files_artifact, reference, shards_artifact
+from nemotron_assets.core.records import receipt_path
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.jsonl.layout import jsonl_manifest_path, jsonl_manifest_prefix, jsonl_shard_prefix
 
@@ -30,4 +31,4 @@ def log_jsonl_manifest(lineage: WandbLineage, context: dg.AssetExecutionContext,
         logged=lambda: [files_artifact(f"{blend}-jsonl", "jsonl-manifest", {"dagster_run_id": context.run_id,
                                                                              **metadata},
                                        [reference(store, jsonl_manifest_path(blend), checksum=True),
-                                        reference(store, jsonl_manifest_prefix(blend) + ".json", checksum=True)])])
+                                        reference(store, receipt_path(jsonl_manifest_prefix(blend)), checksum=True)])])

@@ -1,9 +1,10 @@
 """The JSONL files of one source shard, and the manifest listing them, built and committed as every output is
 (core/step.py).
 
-**A shard.** Its receipt is ``<base>/jsonl/<dataset>/shard_NNNNN.json``; its files lie beside it, one per split that
-received rows, ``<split>/shard_NNNNN.jsonl[.zst]`` (the receipt names them by that path, core/records.py
-``output_path``). Its receipt ``inputs`` are everything that decides the files' bytes:
+**A shard.** Its receipt is ``<base>/jsonl/<dataset>/.receipts/shard_NNNNN.json``; its files lie in the dataset's
+folder, one per split that received rows, ``<split>/shard_NNNNN.jsonl[.zst]`` (the receipt names them by that path,
+core/records.py ``output_path``), so a split's folder holds only JSONL. Its receipt ``inputs`` are everything that
+decides the files' bytes:
 
 - ``format``: the transforms' and writer's version (formats/transforms.py ``FORMAT_VERSION``);
 - ``source``: the manifest's fingerprint of the shard's rows and file versions;
@@ -15,10 +16,11 @@ Commit: receipt deleted; every file an earlier build may have left in a split or
 write deleted (after the holdout or ``compression`` changed, yesterday's ``valid/shard_00000.jsonl`` must not stay
 beside today's files); the new files committed; receipt written last.
 
-**The manifest** ``<base>/jsonl/manifest.json`` (receipt ``manifest.receipt.json``) lists per split the files of
-every JSONL dataset in dataset then shard order, relative to ``root`` (the ``jsonl/`` folder), with counts per
-dataset. It refuses planned shards that are not up to date (``NotReady`` naming them). Its inputs are each shard's
-inputs hash and files' sha256 (a shard may have no file at all, and its counts are in the manifest), and ``root``.
+**The manifest** ``<base>/jsonl/manifest.json`` (receipt ``.receipts/manifest.receipt.json``) lists per split the
+files of every JSONL dataset in dataset then shard order, relative to ``root`` (the ``jsonl/`` folder), with counts
+per dataset. It refuses planned shards that are not up to date (``NotReady`` naming them). Its inputs are each
+shard's inputs hash and files' sha256 (a shard may have no file at all, and its counts are in the manifest), and
+``root``.
 """
 
 import json

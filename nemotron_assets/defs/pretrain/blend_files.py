@@ -128,8 +128,8 @@ def blend_files_output(store: Storage, listing: BlendListing, settings: Pretrain
                        allow_missing: bool = False, manifests: dict[str, SourceManifest] | None = None
                        ) -> tuple[dict[str, SourceManifest], BlendFiles, Output]:
     """The blend files of the shards under ``base`` as one output (core/step.py): its receipt is
-    ``pretrain/blend.receipt.json``. The files are a pure function of the shards' receipts and the blend's weights,
-    so what decides their bytes (the receipt's inputs) is their content as that function gives it now.
+    ``pretrain/.receipts/blend.receipt.json``. The files are a pure function of the shards' receipts and the blend's
+    weights, so what decides their bytes (the receipt's inputs) is their content as that function gives it now.
     ``manifests``: the plans to judge the shards by (default: as recorded)."""
     if manifests is None:
         manifests = {name: require_manifest(store, listing.name, base, name) for name in listing.datasets}

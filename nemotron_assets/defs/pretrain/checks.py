@@ -6,7 +6,7 @@ returns "" when it passes, else what is wrong.
 
 import numpy as np
 
-from nemotron_assets.core.records import read_receipt
+from nemotron_assets.core.records import read_receipt, receipt_path, stored_path
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.formats.megatron import FormatError, Index, check_bin_size, parse_index
 
@@ -25,12 +25,13 @@ CHECKS = {
 def check_shard(store: Storage, prefix: str, recorded: dict | None) -> dict[str, str]:
     """Run every check on the shard at ``prefix``; ``recorded`` is its materialization metadata (None: none)."""
     result = dict.fromkeys(CHECKS, "")
-    for ext in (".idx", ".bin", ".json"):
-        if not store.exists(prefix + ext):
-            return {check: f"{store.url(prefix + ext)} does not exist" for check in result}
+    receipt_file = stored_path(store, receipt_path(prefix))  # at its legacy place in a tree not moved yet
+    for path in (prefix + ".idx", prefix + ".bin", receipt_file):
+        if not store.exists(path):
+            return {check: f"{store.url(path)} does not exist" for check in result}
     receipt = read_receipt(store, prefix)
     if receipt is None:
-        return {check: f"{store.url(prefix + '.json')} is not a readable receipt" for check in result}
+        return {check: f"{store.url(receipt_file)} is not a readable receipt" for check in result}
     try:
         index = parse_index(store.read_bytes(prefix + ".idx"), name=store.url(prefix + ".idx"))
         check_bin_size(index, store.size(prefix + ".bin"), name=store.url(prefix + ".bin"))

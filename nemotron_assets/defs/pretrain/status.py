@@ -17,7 +17,7 @@ from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey, base_dir
 from nemotron_assets.core.partitions import Scope
 from nemotron_assets.core.pipeline import StatusRequest
-from nemotron_assets.core.records import Freshness, NotReady, Receipt, State, freshness, receipt_path
+from nemotron_assets.core.records import Freshness, NotReady, Receipt, State, freshness, receipt_path, stored_path
 from nemotron_assets.core.run_history import partition_history
 from nemotron_assets.core.status import (
     RECORDED,
@@ -115,8 +115,10 @@ def verify_shard_files(store: Storage, blend: str, settings: PretrainSettings, m
     """Every problem of one planned shard of the full build; its files are read in full."""
     key = ShardKey(manifest.dataset, index)
     prefix = shard_prefix(blend, key)
-    url = {ext: store.url(f"{prefix}{ext}") for ext in (".bin", ".idx", ".json")}
-    absent = [ext for ext in (".idx", ".bin", ".json") if not store.exists(prefix + ext)]
+    files = {".bin": f"{prefix}.bin", ".idx": f"{prefix}.idx",
+             ".json": stored_path(store, receipt_path(prefix))}  # the receipt: at its legacy place until moved
+    url = {ext: store.url(path) for ext, path in files.items()}
+    absent = [ext for ext in (".idx", ".bin", ".json") if not store.exists(files[ext])]
     if len(absent) == len(url):  # never built: one line, with what to run
         return [Problem(url[".bin"], f"does not exist (nor its .idx and receipt): materialize "
                                      f"{blend}/pretrain_shard partition {key}")]
@@ -125,7 +127,7 @@ def verify_shard_files(store: Storage, blend: str, settings: PretrainSettings, m
     state = shard_freshness(store, settings, blend, manifest, index, tokenizer, read_content=True)
     problems = []
     if state.state is State.MISSING:
-        return [Problem(store.url(receipt_path(prefix)), f"{state.reason}: re-materialize {key}")]
+        return [Problem(url[".json"], f"{state.reason}: re-materialize {key}")]
     if state.state is State.STALE:
         changed = next((ext for ext in (".bin", ".idx") if f"its {ext} file" in state.reason), ".json")
         problems.append(Problem(url[changed], f"stale: {state.reason}: re-materialize {key}"))

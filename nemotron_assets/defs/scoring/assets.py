@@ -29,7 +29,7 @@ from nemotron_assets.core.reporting import (
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.step import Outcome
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.assets import REBUILD_WHEN_INPUTS_CHANGE, RebuildConfig
+from nemotron_assets.defs.harmony.assets import RebuildConfig
 from nemotron_assets.defs.harmony.layout import PoolPartKey, pool_dir
 from nemotron_assets.defs.scoring.inputs import Scoring, embedding_partitions
 from nemotron_assets.defs.scoring.layout import nll_scores_path
@@ -60,7 +60,6 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     view_partitions = scope.partitions(SAMPLE_VIEWS, dg.StaticPartitionsDefinition(embedding_partitions(settings)))
     selection_partitions = scope.partitions(SAMPLE_SELECTIONS, dg.StaticPartitionsDefinition(settings.selections()))
     blend_partitions = scope.partitions("blend", None)
-    automation = None if scope.samples else REBUILD_WHEN_INPUTS_CHANGE  # as the Harmony and SFT assets
     every = dg.AllPartitionMapping()
 
     @partitioned_asset(
@@ -68,7 +67,7 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         deps=[dg.AssetDep(upstream["candidate_pool"], partition_mapping=every)],
         checks={IDS_MATCH_POOL: "the scored ids are the pool part's ids, in order, less the rows the renderer "
                                 "dropped (counted in the receipt)"},
-        backfill_policy=dg.BackfillPolicy.single_run(), automation_condition=automation,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         description="Completion-only NLL of every row of one pool part under scoring.model (its own chat template, "
                     "every assistant turn trained): nll_mean, nll_sum, tokens_scored, truncated.",
     )
@@ -88,7 +87,6 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @partitioned_asset(
         scope.key("embeddings"), group=scope.group, partitions_def=view_partitions, kinds={"parquet", "pytorch"},
         deps=[upstream["embedding_view"]], backfill_policy=dg.BackfillPolicy.single_run(),
-        automation_condition=automation,
         description="One sentence embedding per row of one embedding view of a scored pool (scoring.embedding_model, "
                     "as sentence-transformers computes it).",
     )
@@ -107,7 +105,6 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @partitioned_asset(
         scope.key("selected_pool"), group=scope.group, partitions_def=selection_partitions, kinds={"parquet"},
         deps=[dg.AssetDep(nll_scores, partition_mapping=every), dg.AssetDep(embeddings, partition_mapping=every)],
-        automation_condition=automation,
         backfill_policy=dg.BackfillPolicy.single_run(),
         description="Rows of a scored pool selected by NLL (<pool>_easy: lowest nll_mean quantile, <pool>_hard: "
                     "highest) or by greedy k-center on the prompt embeddings (<pool>_diverse), laid out as a pool so "
@@ -128,7 +125,6 @@ def build_scoring_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     @dg.asset(
         key=scope.key("near_duplicate_report"), group_name=scope.group, partitions_def=blend_partitions,
         deps=[dg.AssetDep(embeddings, partition_mapping=every)], kinds={"parquet", "markdown"},
-        automation_condition=automation,
         description="Pairs of rows whose embeddings have cosine >= scoring.near_dup_threshold, within each view of "
                     "each scored pool, found by blocked matrix products (never the n x n matrix).",
     )

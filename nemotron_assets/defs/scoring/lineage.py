@@ -3,7 +3,7 @@ artifact of every candidate pool it scored and logs ``<blend>-nll-<pool>`` (type
 the pool, receipt and Parquet); each embeddings run uses the pools and logs ``<blend>-embeddings-<view>-<pool>``
 (type embeddings); each selected_pool run uses the NLL scores (``_easy``, ``_hard``) or the prompt embeddings
 (``_diverse``) of its pool and logs ``<blend>-pool-<selection>`` (type selected-pool: the selection's Parquet, receipt
-and manifest.json); the near_duplicate_report run uses every embeddings artifact and logs
+and .meta/manifest.json); the near_duplicate_report run uses every embeddings artifact and logs
 ``<blend>-near-duplicates`` (type near-duplicate-report: the pairs and the summary).
 """
 

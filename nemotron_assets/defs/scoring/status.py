@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import base_dir
 from nemotron_assets.core.pipeline import StatusRequest
-from nemotron_assets.core.records import NotReady, freshness_when_ready, read_receipt
+from nemotron_assets.core.records import NotReady, freshness_when_ready, read_receipt, receipt_path
 from nemotron_assets.core.sections import DIVERSE, split_selection
 from nemotron_assets.core.status import RECORDED, OutputState, Plans, Problem, StatusSection, output_statuses
 from nemotron_assets.core.storage import Storage
@@ -78,7 +78,7 @@ def scored_ids_problem(store: Storage, base: str, key: PoolPartKey) -> str | Non
     """Why the scores of a pool part do not cover exactly its rows (less the counted drops), or None."""
     receipt = read_receipt(store, nll_prefix(base, key))
     if receipt is None:
-        return f"{store.url(nll_prefix(base, key) + '.json')} is not readable"
+        return f"{store.url(receipt_path(nll_prefix(base, key)))} is not readable"
     with store.open(pool_part_path(base, key.pool, key.part)) as stream:
         pool_ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
     with store.open(nll_scores_path(base, key)) as stream:

@@ -1,9 +1,9 @@
 """Materialize the scoring outputs of one blend (full build or sample), or find them up to date:
 
-    nll_scores             <base>/scores/nll/<pool>/part-NNNNN.parquet          (+ part-NNNNN.json receipt)
+    nll_scores             <base>/scores/nll/<pool>/part-NNNNN.parquet          (+ .receipts/part-NNNNN.json)
     embeddings             <base>/scores/embedding/<view>/<pool>/part-00000.parquet  (+ receipt)
-    selected_pool          <base>/pools/<pool>_easy|_hard|_diverse/part-00000.parquet (+ receipt, manifest.json)
-    near_duplicate_report  <base>/scores/near_duplicates.parquet + .md          (+ near_duplicates.json receipt)
+    selected_pool          <base>/pools/<pool>_easy|_hard|_diverse/part-00000.parquet (+ receipt, .meta/manifest.json)
+    near_duplicate_report  <base>/scores/near_duplicates.parquet + .md          (+ .receipts/near_duplicates.json)
 
 Each step follows the platform's protocol: the receipt ``inputs`` (scoring/inputs.py) are compared with the current
 ones by core/records.py ``freshness``; an up-to-date output is skipped (so a re-run scores only missing or stale parts);
@@ -13,7 +13,7 @@ outputs that are not up to date are refused with ``NotReady`` naming what to mat
 torch is imported only when a model is loaded (`Models`), and every step first checks the ``scoring`` extra
 (`require_scoring_extra`), so a blend with ``scoring:`` fails with the install command when it is missing.
 A selection is written in the candidate pool's own layout (its columns, a subset of its rows, in its order), with a
-receipt per part and a ``manifest.json``, so ``sft.from`` reads it as it reads a pool (sft/steps/inputs.py).
+receipt per part and a ``.meta/manifest.json``, so ``sft.from`` reads it as it reads a pool (sft/inputs.py).
 """
 
 import json
@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from nemotron_assets.core.sections import DIVERSE, ScoringSettings, split_selection
 from nemotron_assets.core.step import Outcome, Output, Staged, build_output
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.layout import PoolPartKey, embedding_view_path, pool_part_path
+from nemotron_assets.defs.harmony.layout import POOL_MANIFEST_FILE, PoolPartKey, embedding_view_path, pool_part_path
 from nemotron_assets.defs.scoring.extra import require_scoring_extra
 from nemotron_assets.defs.scoring.inputs import (
     DIVERSE_VIEW,
@@ -213,7 +213,7 @@ def materialize_selection(store: Storage, scoring: Scoring, base: str, name: str
         manifest = {"pool": name, "selected_from": pool, "selection": kind, "rows": rows, **details}
         manifest_file = folder / "manifest.json"
         manifest_file.write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode() + b"\n")
-        return Staged({".parquet": staged, "manifest.json": manifest_file}, manifest)
+        return Staged({".parquet": staged, POOL_MANIFEST_FILE: manifest_file}, manifest)
 
     return _run(store, prefix_of(out), name, SELECTION_KIND, inputs, force, build)
 

@@ -18,7 +18,7 @@ from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.partitions import register_block
 from nemotron_assets.core.pipeline import Assets, BlendScope
-from nemotron_assets.core.records import Receipt, require_manifest
+from nemotron_assets.core.records import Receipt, receipt_path, require_manifest
 from nemotron_assets.core.reporting import (
     CheckOutcome,
     histogram_markdown,
@@ -30,7 +30,7 @@ from nemotron_assets.core.reporting import (
 )
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
-from nemotron_assets.defs.harmony.assets import REBUILD_WHEN_INPUTS_CHANGE, RebuildConfig, ShardRunConfig
+from nemotron_assets.defs.harmony.assets import RebuildConfig, ShardRunConfig
 from nemotron_assets.defs.harmony.lineage import CandidatePoolInput
 from nemotron_assets.defs.scoring.lineage import ScoresInput, selection_artifact
 from nemotron_assets.defs.sft import samples_file
@@ -59,14 +59,13 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     blend, scope = blend_scope.blend, blend_scope.scope
     sft = PackedSft.of(blend)
     selections = tuple(blend.scoring.selections()) if blend.scoring is not None else ()
-    automation = None if scope.samples else REBUILD_WHEN_INPUTS_CHANGE
     every = dg.AllPartitionMapping()
     reads_selections = isinstance(sft.sft.from_, list) and not set(sft.sft.from_).isdisjoint(selections)
     packed_key = dg.AssetKey(scope.key("sft_packed"))
 
     @partitioned_asset(
         scope.key("sft_samples"), group=scope.group, partitions_def=upstream["harmony_shard"].partitions_def,
-        kinds={"arrow"}, deps=[upstream["harmony_shard"]], automation_condition=automation,
+        kinds={"arrow"}, deps=[upstream["harmony_shard"]],
         backfill_policy=dg.BackfillPolicy.single_run(),
         description="Renders, tokenizes and masks the rows of one Harmony shard with the blend's chat template: "
                     "token ids, unshifted assistant mask and masked-role spans per sample (an Arrow IPC file).",
@@ -91,7 +90,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
     @dg.asset(
         key=scope.key("sft_plan"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
-        automation_condition=automation, kinds={"parquet"},
+        kinds={"parquet"},
         deps=[dg.AssetDep(sft_samples, partition_mapping=every),
               dg.AssetDep(upstream["harmony_dedup"], partition_mapping=every),
               dg.AssetDep(upstream["candidate_pool"], partition_mapping=every),
@@ -117,7 +116,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
     @partitioned_asset(
         scope.key("sft_packed"), group=scope.group, partitions_def=scope.dynamic("sft_shards"), kinds={"parquet"},
-        deps=[dg.AssetDep(sft_plan, partition_mapping=every)], checks=CHECKS, automation_condition=automation,
+        deps=[dg.AssetDep(sft_plan, partition_mapping=every)], checks=CHECKS,
         backfill_policy=dg.BackfillPolicy.single_run(),
         description="Packs the planned samples of one shard into bins (Megatron-Bridge's packed Parquet: input_ids, "
                     "loss_mask, seq_start_id) plus the samples file that says which sample sits where.",
@@ -170,7 +169,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
     @dg.asset(
         key=scope.key("sft_manifest"), group_name=scope.group, partitions_def=scope.partitions("blend", None),
-        automation_condition=automation, deps=[dg.AssetDep(sft_packed, partition_mapping=every)], kinds={"json"},
+        deps=[dg.AssetDep(sft_packed, partition_mapping=every)], kinds={"json"},
         description="sft/manifest.json (per split: files, samples, bins, tokens, drops), Megatron-Bridge's "
                     "packing_metadata.json and, with formats [parquet, npy], one .npy per split for NeMo; refuses "
                     "packed shards that are not up to date.",
@@ -186,7 +185,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         if not scope.samples:
             manifests = {name: require_manifest(store, blend.name, base, name) for name in sft.datasets}
             files = [f"{sft_dir(base)}/{name}" for name in outcome.receipt.files]
-            files.append(sft_manifest_prefix(base) + ".json")
+            files.append(receipt_path(sft_manifest_prefix(base)))
             shards = [sft_packed_prefix(base, SftShardKey.parse(key)) for key in outcome.receipt.inputs["shards"]]
             log_sft(lineage, context, store, blend.name, metadata, manifests, files, shards,
                     pools_read(sft, selections))

@@ -31,8 +31,8 @@ from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.records import Freshness, NotReady, Receipt, freshness, read_receipt, require_manifest
 from nemotron_assets.core.sections import BUILTIN_TEMPLATES, POOL_NAMES, HoldoutSettings, SftSettings
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.downstream import Curation, dedup_inputs, pool_inputs
-from nemotron_assets.defs.harmony.layout import duplicates_path, pool_dir, pool_part_number
+from nemotron_assets.defs.harmony.downstream import Curation, dedup_inputs, duplicates_sha256, pool_inputs
+from nemotron_assets.defs.harmony.layout import duplicates_prefix, pool_dir, pool_part_number
 from nemotron_assets.defs.harmony.pools import PoolThresholds
 from nemotron_assets.defs.harmony.shard import harmony_freshness
 from nemotron_assets.defs.sft import samples_file
@@ -183,12 +183,12 @@ def current_duplicates(store: Storage, sft: PackedSft, base: str) -> dict[str, s
     """Each family dataset's dedup result (sha256), which must be up to date."""
     versions = {}
     for dataset in sft.datasets:
-        prefix = duplicates_path(base, dataset).rsplit(".", 1)[0]
+        prefix = duplicates_prefix(base, dataset)
         state = freshness(store, prefix, dedup_inputs(store, sft.curation, base, dataset)[0])
         if not state.done:
             raise NotReady(f"the dedup result of {dataset!r} is {state.state.value}: {state.reason or 'not built'}"
                            f"; materialize {sft.blend}/harmony_dedup partition {dataset!r} first")
-        versions[dataset] = state.receipt.files[".parquet"]["sha256"]
+        versions[dataset] = duplicates_sha256(state.receipt)
     return versions
 
 

@@ -1,8 +1,8 @@
 """W&B lineage of the packed SFT path (core/lineage.py says how lineage works): the sft_manifest run uses the Harmony
 shards artifact of every family dataset (and, when ``sft.from`` names pools, each of them: a candidate pool's or a
 selection's artifact) and logs ``<blend>-sft`` (type sft-packed: manifest.json, packing_metadata.json and the
-manifest's receipt, checksummed; every packed shard's receipt, checksummed, and its two Parquet files and each
-split's .npy by reference).
+manifest's receipt, checksummed; every packed shard's receipt, checksummed, and the Parquet files its receipt lists
+(the bins and the ``.meta/`` samples listing) and each split's .npy by reference).
 """
 
 from collections.abc import Iterable, Sequence
@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import dagster as dg
 
 from nemotron_assets.core.lineage import WandbLineage, files_artifact, reference, shards_artifact
+from nemotron_assets.core.records import output_path, read_receipt, receipt_path
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.lineage import HARMONY_SHARDS
 from nemotron_assets.defs.scoring.lineage import ScoresInput, input_artifact
@@ -23,9 +24,10 @@ def log_sft(lineage: WandbLineage, context: dg.AssetExecutionContext, store: Sto
     def logged():
         references = [reference(store, relative, checksum=not relative.endswith(".npy")) for relative in files]
         for prefix in shards:
-            references += [reference(store, f"{prefix}.json", checksum=True),
-                           reference(store, f"{prefix}.parquet", checksum=False),
-                           reference(store, f"{prefix}.samples.parquet", checksum=False)]
+            receipt = read_receipt(store, prefix)
+            references += [reference(store, receipt_path(prefix), checksum=True),
+                           *(reference(store, output_path(prefix, name), checksum=False)
+                             for name in (receipt.files if receipt else ()))]
         return [files_artifact(f"{blend}-sft", "sft-packed", {"dagster_run_id": context.run_id, **metadata},
                                references)]
 

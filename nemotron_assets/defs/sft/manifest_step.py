@@ -12,8 +12,8 @@ Writes under ``<base>/sft/`` (`writers.py` for every format):
   object array NeMo's ``GPTSFTPackedDataset`` reads.
 
 A packed shard that is missing or stale is refused (``NotReady`` naming every one). The receipt,
-``manifest.receipt.json``, lists these files by name (relative to ``sft/``); its inputs are the plan file, every
-shard's files and the formats (`inputs.manifest_inputs`).
+``.receipts/manifest.receipt.json``, lists these files by name (relative to ``sft/``); its inputs are the plan file,
+every shard's files (by the names their receipts give them) and the formats (`inputs.manifest_inputs`).
 """
 
 import json
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nemotron_assets.core.layout import ShardKey
-from nemotron_assets.core.records import NotReady, Receipt, freshness, read_receipt
+from nemotron_assets.core.records import NotReady, Receipt, freshness, output_path, read_receipt
 from nemotron_assets.core.step import Outcome, Output, Staged, build_output
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft.inputs import (
@@ -90,8 +90,8 @@ def split_summaries(plan: Receipt, shards: dict[str, Receipt]) -> dict[str, Spli
     for key, receipt in shards.items():
         shard = SftShardKey.parse(key)
         summary = summaries[shard.split]
-        for suffix in (".parquet", ".samples.parquet"):
-            summary.file_sha256[f"{key}{suffix}"] = receipt.files[suffix]["sha256"]
+        for name, recorded in receipt.files.items():  # the bins and the .meta/ samples listing, relative to sft/
+            summary.file_sha256[output_path(key, name)] = recorded["sha256"]
         summary.files.append(f"{key}.parquet")
         summary.stats.merge(pack_stats_of(receipt.stats))
     for split, summary in summaries.items():

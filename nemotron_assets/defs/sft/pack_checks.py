@@ -2,7 +2,7 @@
 
 - ``bins_within_capacity``: every bin's samples satisfy ``sum(L - 1) <= pack_size``, ``seq_start_id`` starts at 0
   and cuts the bin into samples of at least 2 tokens, the loss mask is 0/1 with each sample's last position 0, and
-  the ``.samples.parquet`` lists exactly the bins' samples (`writers.packed_shard_problems`);
+  the ``.meta/shard_NNNNN.samples.parquet`` lists exactly the bins' samples (`writers.packed_shard_problems`);
 - ``samples_match_plan``: the bins unpacked are exactly the planned samples: each stored sample's digest (ids, then
   shifted mask) equals the digest of its samples-file sample prepared as planned (truncation, padding), none
   missing, none extra (`packing.compare_samples`);
@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nemotron_assets.core.records import Receipt
+from nemotron_assets.core.records import Receipt, stored_path
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.sft.layout import SftShardKey, sft_packed_prefix
+from nemotron_assets.defs.sft.layout import SftShardKey, packed_samples_path, sft_packed_prefix
 from nemotron_assets.defs.sft.pack_step import (
     ShardSamples,
     StoredSample,
@@ -91,7 +91,8 @@ def _check_packed_shard(store: Storage, base: str, key: SftShardKey, plan: Recei
     settings, truncate = settings_of(plan), truncate_of(plan)
     rows = plan_rows(store, base, key)
     samples = read_samples(store, base, rows) if samples is None else samples
-    with local_files(store, [f"{prefix}.parquet", f"{prefix}.samples.parquet"]) as (packed, listing):
+    listing_path = stored_path(store, packed_samples_path(base, key))  # its legacy place in a tree not moved yet
+    with local_files(store, [f"{prefix}.parquet", listing_path]) as (packed, listing):
         if _all_pass(packed, listing, rows, samples, settings, truncate):
             return {name: [] for name in CHECKS}
         capacity = packed_shard_problems(packed, listing, settings.pack_size, limit=SHOWN)

@@ -4,8 +4,9 @@ The shard's plan rows (a row group of ``plan.parquet``) name, bin by bin and pos
 (samples file, row) and which copy goes where, and how long it is stored. The step reads just those samples (a
 record batch of each samples file at a time, keeping the rows it needs: `read_samples`) and lays the bins out: ids
 end to end, the loss mask shifted inside each sample, ``seq_start_id`` from 0. It writes
-``<base>/sft/<split>/shard_NNNNN.parquet`` (Megatron-Bridge's packed Parquet, a row per bin) and
-``shard_NNNNN.samples.parquet`` ((bin, offset) -> id, sample, dataset, source row, copy).
+``<base>/sft/<split>/shard_NNNNN.parquet`` (Megatron-Bridge's packed Parquet, a row per bin) and, in the split's
+``.meta/`` folder so the split's folder holds only what Bridge reads, ``shard_NNNNN.samples.parquet`` ((bin, offset)
+-> id, sample, dataset, source row, copy).
 
 Two ways to the same bytes:
 
@@ -41,7 +42,13 @@ from nemotron_assets.core.step import Output, ShardBuild, Staged
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft import samples_file
 from nemotron_assets.defs.sft.inputs import pack_settings, packed_inputs
-from nemotron_assets.defs.sft.layout import SftShardKey, sft_packed_prefix, sft_plan_prefix, sft_samples_prefix
+from nemotron_assets.defs.sft.layout import (
+    SftShardKey,
+    packed_samples_name,
+    sft_packed_prefix,
+    sft_plan_prefix,
+    sft_samples_prefix,
+)
 from nemotron_assets.defs.sft.plan_step import shard_rows_digest
 from nemotron_assets.defs.sft.stats import log2_histogram
 from nemotron_assets.formats.packed_sft import ROW_GROUP_BINS, PackedShardWriter, ShardFiles, write_laid_out_shard
@@ -333,8 +340,9 @@ def build_at_once(rows: pa.Table, samples: ShardSamples, settings: PackSettings,
 
 
 def _files(written: ShardFiles) -> dict:
-    return {".parquet": {"bytes": written.packed.bytes, "sha256": written.packed.sha256},
-            ".samples.parquet": {"bytes": written.samples_file.bytes, "sha256": written.samples_file.sha256}}
+    """``{"bins": digest, "samples": digest}``: the two files' sizes and sha256, as written."""
+    return {"bins": {"bytes": written.packed.bytes, "sha256": written.packed.sha256},
+            "samples": {"bytes": written.samples_file.bytes, "sha256": written.samples_file.sha256}}
 
 
 # --- the step ----------------------------------------------------------------------------------------------------
@@ -357,7 +365,8 @@ def packed_build(store: Storage, blend: str, base: str, key: SftShardKey, plan: 
             built = build_packed_shard(rows, samples, settings_of(plan), truncate_of(plan), packed_path,
                                        samples_path)
         read_by_build[str(key)] = samples
-        return Staged({".parquet": packed_path, ".samples.parquet": samples_path}, built.as_dict(),
-                      digests=built.files)
+        listing = packed_samples_name(key)
+        return Staged({".parquet": packed_path, listing: samples_path}, built.as_dict(),
+                      digests={".parquet": built.files["bins"], listing: built.files["samples"]})
 
     return ShardBuild(output, build, forkable=not store.is_s3)

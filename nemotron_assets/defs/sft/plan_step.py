@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nemotron_assets.chat.masks import truncate_sample
+from nemotron_assets.core.records import stored_path
 from nemotron_assets.core.step import Outcome, Output, Staged, build_output
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.layout import duplicates_path, pool_dir
@@ -181,7 +182,7 @@ def _pool_ids(store: Storage, base: str, pools: list[str]) -> set[str]:
 
 
 def _duplicate_rows(store: Storage, base: str, dataset: str) -> dict[int, set[int]]:
-    with store.open(duplicates_path(base, dataset)) as stream:
+    with store.open(stored_path(store, duplicates_path(base, dataset))) as stream:  # legacy place until moved
         table = pq.read_table(stream, columns=["shard", "row"])
     rows: dict[int, set[int]] = {}
     for shard, row in zip(table.column("shard").to_pylist(), table.column("row").to_pylist()):

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey, base_dir
 from nemotron_assets.core.pipeline import StatusRequest
-from nemotron_assets.core.records import NotReady, Receipt, freshness_when_ready, read_manifest
+from nemotron_assets.core.records import NotReady, Receipt, freshness_when_ready, read_manifest, stored_path
 from nemotron_assets.core.status import RECORDED, OutputState, Plans, Problem, StatusSection, output_statuses
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft import samples_file
@@ -33,6 +33,7 @@ from nemotron_assets.defs.sft.inputs import (
 )
 from nemotron_assets.defs.sft.layout import (
     SftShardKey,
+    packed_samples_path,
     sft_dir,
     sft_manifest_prefix,
     sft_packed_prefix,
@@ -156,14 +157,16 @@ def _content_problems(store: Storage, blend: Blend, output: OutputState, url: st
         return [Problem(url, f"holds {rows:,} rows, its receipt plans {planned:,} samples")] if rows != planned else []
     if output.asset == "sft_packed":
         found = []
+        key = SftShardKey.parse(output.key)
+        listing = stored_path(store, packed_samples_path(blend.name, key))  # at its legacy place until moved
         bins = _rows(store, f"{output.prefix}.parquet").num_rows
-        listed = _rows(store, f"{output.prefix}.samples.parquet").num_rows
+        listed = _rows(store, listing).num_rows
         if bins != stats["bins"]:
             found.append(Problem(url, f"holds {bins:,} bins, its receipt says {stats['bins']:,}"))
         if listed != stats["samples"]:
-            found.append(Problem(store.url(f"{output.prefix}.samples.parquet"),
+            found.append(Problem(store.url(listing),
                                  f"lists {listed:,} samples, the receipt says {stats['samples']:,}"))
-        checks = check_packed_shard(store, blend.name, SftShardKey.parse(output.key), plan)
+        checks = check_packed_shard(store, blend.name, key, plan)
         return found + [Problem(url, f"{check}: {problem}") for check, issues in checks.items() for problem in issues]
     return _npy_problems(store, blend, output)
 

@@ -8,7 +8,9 @@ A file measured before is not read again when it is provably the same (`Measured
 size and, locally, the same modification time (recorded beside the manifest, ``stamps.json``), or on S3 the same
 ETag. A local file of the same size with another modification time is read and hashed again; the next
 ``source_split`` records its new time. ``status`` and ``verify`` measure this way too (defs/sources/current.py), so
-they judge the shards against the input files as they are now, as ``materialize`` does.
+they judge the shards against the input files as they are now, as ``materialize`` does. The new-files sensor
+(automation.py) applies the same rule without reading any file (`unplanned_inputs`): a file it cannot prove unchanged
+is left to a re-plan.
 """
 
 import json
@@ -124,8 +126,30 @@ def _unchanged(source: SourceFile, stamp: int | None, before: SourceFile, known:
 
 def changed_inputs(before: SourceManifest, now: SourceManifest) -> list[tuple[str, str]]:
     """(file, "changed" / "added" / "removed") for each input file that differs between two measurements."""
-    old = {f.url: (f.size, f.fingerprint) for f in before.files}
-    new = {f.url: (f.size, f.fingerprint) for f in now.files}
+    return _changed_files(before.files, now.files)
+
+
+def unplanned_inputs(listed: list[SourceFile], known: Measured | None) -> list[tuple[str, str]]:
+    """(file, "changed" / "added" / "removed") for each ``listed`` file (``resolve_files``) that is not provably
+    the one the dataset's recorded plan measured (``known``, from `measured_before`), by the rule
+    ``measure_dataset`` follows, without reading a file: the same size and, locally, the modification time
+    recorded in stamps.json, or on S3 the same ETag. A local file of the same size with another modification time
+    counts as changed here: only a re-plan reads it, and it hashes that file alone. With no recorded plan, every
+    file is new."""
+    if known is None:
+        return [(source.url, "added") for source in listed]
+    before = {f.url: f for f in known.manifest.files}
+    now = []
+    for source in listed:
+        measured = before.get(source.url)
+        stamp = None if is_remote(source.url) else os.stat(source.url).st_mtime_ns
+        now.append(measured if measured is not None and _unchanged(source, stamp, measured, known) else source)
+    return _changed_files(known.manifest.files, now)  # a listed local file has no fingerprint: never equal
+
+
+def _changed_files(before: list[SourceFile], now: list[SourceFile]) -> list[tuple[str, str]]:
+    old = {f.url: (f.size, f.fingerprint) for f in before}
+    new = {f.url: (f.size, f.fingerprint) for f in now}
     changes = [(url, "removed") for url in old if url not in new]
     changes += [(url, "added") for url in new if url not in old]
     changes += [(url, "changed") for url in old if url in new and old[url] != new[url]]

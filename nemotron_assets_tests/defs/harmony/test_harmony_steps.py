@@ -30,9 +30,9 @@ def _lines(path: Path) -> int:
 def test_every_family_becomes_harmony_rows_and_unreadable_rows_are_counted(built):
     pipeline, tmp_path = built, built.root
     for entry in pipeline.blend.entries():
-        shard = tmp_path / "posttrain_sample" / "harmony" / entry.name / "shard_00000"
-        table = pq.read_table(f"{shard}.parquet")
-        receipt = json.loads(Path(f"{shard}.json").read_text())["stats"]
+        folder = tmp_path / "posttrain_sample" / "harmony" / entry.name
+        table = pq.read_table(folder / "shard_00000.parquet")
+        receipt = json.loads((folder / ".receipts" / "shard_00000.json").read_text())["stats"]
         source_rows = _lines(SAMPLE.parent / entry.path)
         assert receipt["rows"] == source_rows
         assert table.num_rows == source_rows - sum(receipt["dropped"].values())  # nothing lost silently
@@ -62,7 +62,7 @@ def test_every_valid_shard_row_parses_the_same_with_openai_harmony(built):
 
 def test_dedup_removes_the_repeated_row_and_pools_hold_each_id_once(built):
     out = built.root / "posttrain_sample"
-    duplicates = pq.read_table(out / "harmony" / "nemotron_math_v2" / "duplicates.parquet").to_pylist()
+    duplicates = pq.read_table(out / "harmony" / "nemotron_math_v2" / ".meta" / "duplicates.parquet").to_pylist()
     shard = pq.read_table(out / "harmony" / "nemotron_math_v2" / "shard_00000.parquet").to_pylist()
     assert len(duplicates) == 1
     first = next(i for i, row in enumerate(shard) if row["id"] == duplicates[0]["id"])
@@ -87,7 +87,7 @@ def test_pool_rows_satisfy_the_pool_and_the_base_filter(built, pool, holds):
     for row in rows:
         assert holds(row)
         assert row["quality_valid_harmony"] and row["quality_completion_nonempty"] and not row["quality_is_duplicate"]
-    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest = json.loads((folder / ".meta" / "manifest.json").read_text())
     assert manifest["rows"] == len(rows) == sum(manifest["rows_by_dataset"].values())
 
 
@@ -182,8 +182,8 @@ def test_dedup_across_datasets_drops_a_later_datasets_copy_of_an_earlier_row(tmp
     pipeline.all()
     harmony = tmp_path / "out" / "b" / "harmony"
     copied_id = pq.read_table(harmony / "first" / "shard_00000.parquet").column("id").to_pylist()[1]
-    later = pq.read_table(harmony / "later" / "duplicates.parquet").to_pylist()
-    assert pq.read_table(harmony / "first" / "duplicates.parquet").num_rows == 0
+    later = pq.read_table(harmony / "later" / ".meta" / "duplicates.parquet").to_pylist()
+    assert pq.read_table(harmony / "first" / ".meta" / "duplicates.parquet").num_rows == 0
     assert later == ([{"shard": 0, "row": 0, "id": copied_id}] if mode == "across_datasets" else [])
     pooled = [row["id"] for pool in ("has_correctness_meta", "missing_correctness_meta")
               for row in pq.read_table(tmp_path / "out" / "b" / "pools" / pool / "part-00000.parquet").to_pylist()]

@@ -115,7 +115,7 @@ def test_outputs_are_the_transform_of_every_source_row_in_its_split_and_the_rest
         for split in SPLITS:
             assert written[split] == expected[split], (entry["name"], split)
             assert [list(r) for r in written[split]] == [list(r) for r in expected[split]]  # key order too
-        stats = json.loads((built.out / entry["name"] / "shard_00000.json").read_text())["stats"]
+        stats = json.loads((built.out / entry["name"] / ".receipts" / "shard_00000.json").read_text())["stats"]
         assert stats["rows_in"] == len(rows) == sum(map(len, written.values())) + sum(stats["dropped"].values())
         assert sum(stats["dropped"].values()) == refused
     tool = written_rows(built.out, "tool_rl")
@@ -124,7 +124,7 @@ def test_outputs_are_the_transform_of_every_source_row_in_its_split_and_the_rest
 
 
 def test_drops_are_counted_by_reason_with_their_location(built):
-    dropped = {d: json.loads((built.out / d / "shard_00000.json").read_text())["stats"]
+    dropped = {d: json.loads((built.out / d / ".receipts" / "shard_00000.json").read_text())["stats"]
                for d in ("math_rl", "tool_rl", "sharegpt_chat", "qa_sft", "math_rl_valid")}
     assert {d: s["dropped"] for d, s in dropped.items()} == {
         "math_rl": {"empty:responses_create_params.input": 1, "missing:responses_create_params": 1},
@@ -284,6 +284,6 @@ def test_one_unreadable_dataset_fails_alone_naming_file_and_line_and_skip_counts
     skipping = Pipeline(tmp_path / "three.yaml", tmp_path / "out", instance, on_error="skip")
     assert statuses(skipping.shards()) == {"one/shard_00000": "up to date", "bad/shard_00000": "built",
                                            "three/shard_00000": "up to date"}
-    stats = json.loads((pipeline.out / "bad" / "shard_00000.json").read_text())["stats"]
+    stats = json.loads((pipeline.out / "bad" / ".receipts" / "shard_00000.json").read_text())["stats"]
     assert stats["rows_in"] == 6 and stats["rows"] == {"train": 5} and stats["dropped"] == {"malformed_json": 1}
     assert stats["dropped_examples"][0].startswith(f"dataset 'bad': {tmp_path / 'bad.jsonl'}:4: malformed JSON")

@@ -3,7 +3,7 @@ its receipt is named, with the file."""
 
 import zstandard
 
-from nemotron_assets.core.records import Receipt
+from nemotron_assets.core.records import Receipt, receipt_path
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.jsonl.files import shard_problems
 
@@ -42,7 +42,7 @@ def test_each_disagreement_is_named_with_its_file(tmp_path):
                                                              "valid": "valid/shard_00000.jsonl",
                                                              "test": "test/shard_00000.jsonl"}, rows_in=9)
     problems = shard_problems(Storage(str(tmp_path)), PREFIX, receipt)
-    assert problems[PREFIX + ".json"] == "counts do not add up: 9 row(s) read, 7 written, 0 dropped"
+    assert problems[receipt_path(PREFIX)] == "counts do not add up: 9 row(s) read, 7 written, 0 dropped"
     assert problems["b/jsonl/d/train/shard_00000.jsonl"] == "holds 2 line(s), its receipt says 3"
     assert problems["b/jsonl/d/valid/shard_00000.jsonl"] == "line 2 is not a JSON object"
     assert problems["b/jsonl/d/test/shard_00000.jsonl"].startswith("line 2 is not JSON: ")

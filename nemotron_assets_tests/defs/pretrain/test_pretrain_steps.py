@@ -132,7 +132,7 @@ def test_empty_documents_add_no_sequence_and_stay_out_of_the_token_count(tmp_pat
     materialize_all(pipeline, str(tmp_path), instance)
     docs = _dataset_documents(tmp_path, "sample", "wiki")
     assert [] in docs  # the sample's wiki data has one empty text
-    receipt = json.loads((tmp_path / "sample/pretrain/wiki/shard_00000.json").read_text())
+    receipt = json.loads((tmp_path / "sample/pretrain/wiki/.receipts/shard_00000.json").read_text())
     assert receipt["stats"]["empty_documents"] == docs.count([])
     assert receipt["stats"]["tokens"] == sum(len(d) for d in docs)
 
@@ -158,11 +158,11 @@ def test_failed_shard_leaves_nothing_behind_and_rerun_builds_only_what_is_missin
     failure = next(e for e in result.all_events if e.is_step_failure)
     assert "part-00001.jsonl:30" in str(failure.step_failure_data.error.cause or failure.step_failure_data.error)
     wiki = root / "sample" / "pretrain" / "wiki"
-    built = sorted(p.name for p in wiki.iterdir())
-    assert "shard_00000.json" in built  # the shard before the bad line was committed
-    assert not any(name.startswith("shard_00002") for name in built)  # the failing one left nothing
+    built = sorted(p.relative_to(wiki).as_posix() for p in wiki.rglob("*") if p.is_file())
+    assert ".receipts/shard_00000.json" in built  # the shard before the bad line was committed
+    assert not any("shard_00002" in name for name in built)  # the failing one left nothing
     assert not list((root / ".staging").iterdir())  # and no staging leftovers
-    first_receipt = (wiki / "shard_00000.json").stat().st_mtime_ns
+    first_receipt = (wiki / ".receipts" / "shard_00000.json").stat().st_mtime_ns
 
     bad_file.write_bytes(original)
     result = run_asset(pipeline, pipeline.pretrain_shard, str(root), instance, keys)
@@ -173,7 +173,7 @@ def test_failed_shard_leaves_nothing_behind_and_rerun_builds_only_what_is_missin
             statuses[materialization.partition] = materialization.metadata["status"].value
     assert statuses["wiki/shard_00000"] == "up to date"
     assert statuses["wiki/shard_00002"] == "built"
-    assert (wiki / "shard_00000.json").stat().st_mtime_ns == first_receipt
+    assert (wiki / ".receipts" / "shard_00000.json").stat().st_mtime_ns == first_receipt
 
 
 def test_failure_mid_shard_keeps_the_previous_version_intact(tmp_path, sample_blends, instance):
@@ -181,13 +181,14 @@ def test_failure_mid_shard_keeps_the_previous_version_intact(tmp_path, sample_bl
     _, pipeline = pipeline_for(sample_blends / "sample.yaml", num_shards=1)
     materialize_all(pipeline, str(root), instance)
     shard = root / "sample" / "pretrain" / "wiki" / "shard_00000"
-    before = {ext: Path(f"{shard}{ext}").read_bytes() for ext in (".bin", ".idx", ".json")}
+    before = {path: path.read_bytes() for path in (Path(f"{shard}.bin"), Path(f"{shard}.idx"),
+                                                   shard.parent / ".receipts" / "shard_00000.json")}
     _break_line(sample_blends / "sample_data" / "wiki" / "part-00001.jsonl", 40)
     result = run_asset(pipeline, pipeline.pretrain_shard, str(root), instance, ["wiki/shard_00000"],
                        run_config={"ops": {"sample__pretrain_shard": {"config": {"force": True}}}},
                        raise_on_error=False)
     assert not result.success
-    assert {ext: Path(f"{shard}{ext}").read_bytes() for ext in before} == before
+    assert {path: path.read_bytes() for path in before} == before
     assert not list((root / ".staging").iterdir())
 
 

@@ -5,7 +5,7 @@ independent reader."""
 
 import pytest
 
-from nemotron_assets.defs.pretrain.build import CROSS_CHECK_CHARS, CROSS_CHECK_DOCS, build_shard
+from nemotron_assets.defs.pretrain.shard import CROSS_CHECK_CHARS, CROSS_CHECK_DOCS, build_shard
 from nemotron_assets.formats.megatron import DType
 from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
 from nemotron_assets.tokenize.encoders import HFEncoder

@@ -133,9 +133,9 @@ def test_easy_and_hard_are_the_lowest_and_highest_nll_quantile_laid_out_as_pools
         assert selected.schema == pool.schema
         assert set(selected.column("id").to_pylist()) == ids
         assert selected.column("id").to_pylist() == [i for i in pool.column("id").to_pylist() if i in ids]
-        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest = json.loads((folder / ".meta" / "manifest.json").read_text())
         assert manifest["rows"] == k and manifest["selection"] == kind and manifest["selected_from"] == POOL
-        assert json.loads((folder / "part-00000.json").read_text())["files"][".parquet"]["bytes"] > 0
+        assert json.loads((folder / ".receipts" / "part-00000.json").read_text())["files"][".parquet"]["bytes"] > 0
     diverse = read(built.out / "pools" / f"{POOL}_diverse" / "part-00000.parquet")
     assert diverse.num_rows == 3 and diverse.schema == pool.schema
 
@@ -274,11 +274,12 @@ def test_a_pool_in_two_parts_is_scored_embedded_selected_and_reported_whole(buil
         assert read(out / "embedding" / view / POOL / "part-00000.parquet").column("id").to_pylist() == ids
         assert read(out / "scores" / "embedding" / view / POOL / "part-00000.parquet").column("id").to_pylist() == ids
     for kind in ("easy", "hard", "diverse"):
-        assert json.loads((out / "pools" / f"{POOL}_{kind}" / "manifest.json").read_text())["candidates"] == len(ids)
+        manifest = out / "pools" / f"{POOL}_{kind}" / ".meta" / "manifest.json"
+        assert json.loads(manifest.read_text())["candidates"] == len(ids)
     means = {r["id"]: r["nll_mean"] for part in scored for r in part if r["nll_mean"] is not None}
     hard = read(out / "pools" / f"{POOL}_hard" / "part-00000.parquet").column("id").to_pylist()
     assert max(means, key=lambda i: (means[i], ids.index(i))) in hard  # the hardest row, whichever part holds it
-    report = json.loads((out / "scores" / "near_duplicates.json").read_text())["stats"]["by_view"]
+    report = json.loads((out / "scores" / ".receipts" / "near_duplicates.json").read_text())["stats"]["by_view"]
     assert {key: view["rows"] for key, view in report.items()} == {f"{view}/{POOL}": len(ids) for view in VIEWS}
 
 
@@ -315,7 +316,8 @@ def test_the_post_training_automation_sensor_rebuilds_the_scores_of_the_full_bui
     sensor = repository.get_sensor_def("scored__post_training_automation")
     targeted = sensor.asset_selection.resolve(repository.asset_graph)
     assert {dg.AssetKey(["scored", name]) for name in names} <= targeted
-    for name in names:
-        assert repository.asset_graph.get(dg.AssetKey(["scored", name])).automation_condition is not None
+    for name in names:  # requested by the sensor itself (core/automation.py), not by automation conditions
+        assert repository.asset_graph.get(dg.AssetKey(["scored", name])).automation_condition is None
         twin = repository.asset_graph.get(dg.AssetKey(["scored", "samples", name]))
         assert twin.automation_condition is None and twin.key not in targeted
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from nemotron_assets.core.records import receipt_path
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft.inputs import PackedSft
 from nemotron_assets.defs.sft.status import sft_problems, sft_states
@@ -114,7 +115,7 @@ def packed_samples(out: Path, split: str) -> list[tuple[tuple[str, str, int], li
     found = []
     for shard in sorted((out / "sft" / split).glob("shard_?????.parquet")):
         bins = pq.read_table(shard).to_pylist()
-        for entry in pq.read_table(shard.with_suffix(".samples.parquet")).to_pylist():
+        for entry in pq.read_table(shard.parent / ".meta" / f"{shard.stem}.samples.parquet").to_pylist():
             bin_ = bins[entry["bin"]]
             a, b = entry["offset"], entry["offset"] + entry["length"]
             found.append(((entry["dataset"], entry["id"], entry["sample"]), bin_["input_ids"][a:b],
@@ -160,6 +161,8 @@ def test_every_split_gets_samples_and_the_npy_loads_with_numpy_and_bridges_unpic
             assert [dict(item) for item in loaded] == bins
         counts = manifest["splits"][split]
         assert counts["bins"] == len(bins) and counts["files"] == [f"{split}/shard_00000.parquet"]
+        assert sorted(counts["sha256"]) == [f"{split}/.meta/shard_00000.samples.parquet",  # the listing, hidden
+                                            f"{split}/shard_00000.parquet"]
         assert counts["tokens"] == sum(len(b["input_ids"]) for b in bins)
         assert counts["trained_tokens"] == sum(sum(b["loss_mask"]) for b in bins)
         assert counts["samples"] == sum(len(b["seq_start_id"]) for b in bins)
@@ -261,13 +264,13 @@ def test_a_template_that_is_not_prefix_stable_fails_naming_it_and_leaves_nothing
     with dg.instance_for_test() as instance:
         pipeline = copy_of(built, tmp_path, instance, chat_template=str(template), tokenizer_model="o200k_harmony")
         shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
-        for suffix in (".arrow", ".json"):
-            Path(f"{shard}{suffix}").unlink()
+        for path in (Path(f"{shard}.arrow"), Path(receipt_path(str(shard)))):
+            path.unlink()
         result = pipeline.run(pipeline.assets.sft_samples, ["nemotron_science/shard_00000"], raise_on_error=False)
         assert not result.success
         failure = result.get_step_failure_events()[0].step_failure_data.error.message
         assert str(template) in failure and "not prefix-stable" in failure and "sft.chat_template" in failure
-        assert not Path(f"{shard}.arrow").exists() and not Path(f"{shard}.json").exists()
+        assert not Path(f"{shard}.arrow").exists() and not Path(receipt_path(str(shard))).exists()
         assert not any((pipeline.root / ".staging").iterdir()) if (pipeline.root / ".staging").exists() else True
 
 
@@ -288,11 +291,11 @@ def test_status_and_verify_name_a_changed_or_corrupted_packed_shard(built, tmp_p
         bins[0]["loss_mask"][3] = 1
         pq.write_table(pa.Table.from_pylist(bins, schema=pq.read_schema(f"{train}.parquet")), f"{train}.parquet",
                        compression="zstd")
-        receipt = json.loads(Path(f"{train}.json").read_text())
+        receipt = json.loads(Path(receipt_path(str(train))).read_text())
         data = Path(f"{train}.parquet").read_bytes()
         receipt["files"][".parquet"] = {"bytes": len(data), "sha256": __import__("hashlib").sha256(data).hexdigest()}
         receipt["committed"][".parquet"] = f"mtime_ns:{os.stat(f'{train}.parquet').st_mtime_ns}"
-        Path(f"{train}.json").write_text(json.dumps(receipt))
+        Path(receipt_path(str(train))).write_text(json.dumps(receipt))
         problems = [str(p) for p in sft_problems(None, store, pipeline.blend) if "train/shard_00000" in str(p)]
         assert any("samples_match_plan" in p and "differs from the planned one" in p for p in problems), problems
         assert any("no_trained_token_on_masked_role" in p and "trained token(s) in masked span" in p
@@ -309,12 +312,12 @@ def test_a_parquet_samples_file_of_the_format_before_is_rebuilt_as_arrow_and_rem
         table = pa.ipc.open_file(f"{shard}.arrow").read_all()
         pq.write_table(table, f"{shard}.parquet")
         Path(f"{shard}.arrow").unlink()
-        receipt = json.loads(Path(f"{shard}.json").read_text())
+        receipt = json.loads(Path(receipt_path(str(shard))).read_text())
         data = Path(f"{shard}.parquet").read_bytes()
         receipt["inputs"]["format"] = "sft-samples/3"
         receipt["files"] = {".parquet": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
         receipt["committed"] = {".parquet": f"mtime_ns:{os.stat(f'{shard}.parquet').st_mtime_ns}"}
-        Path(f"{shard}.json").write_text(json.dumps(receipt))
+        Path(receipt_path(str(shard))).write_text(json.dumps(receipt))
         stale = sft_status(store, pipeline.blend, pipeline.blend.name)[0].stale
         assert "format=\"sft-samples/3\", now \"sft-samples/4\"" in stale["nemotron_science/shard_00000"], stale
 
@@ -334,11 +337,11 @@ def test_verify_names_a_samples_file_whose_rows_differ_from_its_receipt(built, t
         table = pa.ipc.open_file(f"{shard}.arrow").read_all()
         with pa.ipc.new_file(f"{shard}.arrow", table.schema) as writer:
             writer.write_table(table.slice(1))
-        receipt = json.loads(Path(f"{shard}.json").read_text())
+        receipt = json.loads(Path(receipt_path(str(shard))).read_text())
         data = Path(f"{shard}.arrow").read_bytes()
         receipt["files"][".arrow"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         receipt["committed"][".arrow"] = f"mtime_ns:{os.stat(f'{shard}.arrow').st_mtime_ns}"
-        Path(f"{shard}.json").write_text(json.dumps(receipt))
+        Path(receipt_path(str(shard))).write_text(json.dumps(receipt))
         problems = [str(p) for p in sft_problems(None, store, pipeline.blend)]
         assert f"{shard}.arrow: holds {table.num_rows - 1:,} samples, its receipt says {table.num_rows:,}" \
             in problems, problems
