@@ -35,7 +35,7 @@ demo: setup
 test: setup
 	bash .ci/install_system_deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 3 --dist worksteal
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 ui: setup
 	$(BIN)/dagster dev -w workspace.yaml
