@@ -67,12 +67,6 @@ def shards_not_done(store: Storage, blend: Blend, keys: list[str], state_of: Sha
     return wanted
 
 
-def range_requests(asset_key: dg.AssetKey, keys: list[str], wanted: list[str]) -> list[dg.RunRequest]:
-    """One run request per contiguous range of ``wanted`` (in ``keys`` order), at most ``SHARDS_PER_RUN`` each."""
-    return [dg.RunRequest(run_key=f"{run[0]}...{run[-1]}", asset_selection=[asset_key], tags=range_tags(run))
-            for run in contiguous_ranges(keys, wanted, SHARDS_PER_RUN)]
-
-
 def nightly_missing_shards_schedule(name: str, blend: Blend, shard_asset: dg.AssetsDefinition, what: str,
                                     state_of: ShardState) -> dg.ScheduleDefinition:
     """``name``: ``<blend>__nightly_missing_shards`` and the like; ``what``: the shards' name in the description."""
@@ -92,7 +86,7 @@ def nightly_missing_shards_schedule(name: str, blend: Blend, shard_asset: dg.Ass
             return dg.SkipReason(f"{blend.name}: {exc}")
         if not wanted:
             return dg.SkipReason(f"all {len(keys)} shard partition(s) of {blend.name} are up to date")
-        return range_requests(shard_asset.key, keys, wanted)
+        return range_requests(shard_asset, keys, wanted, "nightly", SHARDS_PER_RUN)
 
     return schedule
 
@@ -154,17 +148,33 @@ def step_requests(target: Target, step: Step, asset: dg.AssetsDefinition, state:
     """One run per contiguous range of the keys ``step`` has not done (at most ``SHARDS_PER_RUN`` for shards), or
     one run of an unpartitioned asset."""
     keys = step.not_done(target)
-    name = asset.key.to_user_string()
     if not keys:
         return []
     if keys == [None]:
-        return [dg.RunRequest(run_key=f"{name}@{state}", asset_selection=[asset.key])]
+        return range_requests(asset, None, None, state)
+    order = partition_order(target.instance, asset)
+    return range_requests(asset, order, keys, state, SHARDS_PER_RUN if step.ranges else len(order))
+
+
+def partition_order(instance: dg.DagsterInstance, asset: dg.AssetsDefinition) -> list[str]:
+    """Every partition key of a partitioned ``asset``, in its order (a dynamic set's: the order keys were added)."""
     partitions = asset.partitions_def
-    order = (target.instance.get_dynamic_partitions(partitions.name)
-             if isinstance(partitions, dg.DynamicPartitionsDefinition) else partitions.get_partition_keys())
-    return [dg.RunRequest(run_key=f"{name}:{run[0]}...{run[-1]}@{state}", asset_selection=[asset.key],
-                          tags=range_tags(run))
-            for run in contiguous_ranges(order, keys, SHARDS_PER_RUN if step.ranges else len(order))]
+    if isinstance(partitions, dg.DynamicPartitionsDefinition):
+        return instance.get_dynamic_partitions(partitions.name)
+    return partitions.get_partition_keys()
+
+
+def range_requests(asset: dg.AssetsDefinition, order: list[str] | None, keys, suffix: str, per_run: int = 1,
+                   tags: dict | None = None) -> list[dg.RunRequest]:
+    """The runs of ``asset`` for ``keys``: one per range of keys adjacent in ``order``, at most ``per_run`` each,
+    with the range tags (``order=None``: one run of an unpartitioned asset). Run keys name the asset, the range and
+    ``suffix`` (what the requester judged), so Dagster never launches the same request twice."""
+    name, tags = asset.key.to_user_string(), tags or {}
+    if order is None:
+        return [dg.RunRequest(run_key=f"{name}@{suffix}", asset_selection=[asset.key], tags=tags)]
+    return [dg.RunRequest(run_key=f"{name}:{run[0]}...{run[-1]}@{suffix}", asset_selection=[asset.key],
+                          tags={**tags, **range_tags(run)})
+            for run in contiguous_ranges(order, keys, max(per_run, 1))]
 
 
 #: tags on the runs the post-training sensor requests: its name, and the stage (one tick's requests) they belong to
@@ -386,14 +396,10 @@ def stage_requests(instance: dg.DagsterInstance, asset: dg.AssetsDefinition, key
                    stage: str) -> list[dg.RunRequest]:
     """The runs of ``keys`` of ``asset``: one per contiguous range of its partitions (at most ``SHARDS_PER_RUN``
     of a dynamic set), or one run of an unpartitioned asset."""
-    name = asset.key.to_user_string()
     tags = {AUTOMATION_TAG: sensor, AUTOMATION_STAGE_TAG: stage}
-    partitions = asset.partitions_def
-    if partitions is None:
-        return [dg.RunRequest(run_key=f"{name}@{stage}", asset_selection=[asset.key], tags=tags)]
-    dynamic = isinstance(partitions, dg.DynamicPartitionsDefinition)
-    order = instance.get_dynamic_partitions(partitions.name) if dynamic else partitions.get_partition_keys()
-    wanted = order if keys == ALL else [key for key in order if key in keys]
-    return [dg.RunRequest(run_key=f"{name}:{run[0]}...{run[-1]}@{stage}", asset_selection=[asset.key],
-                          tags={**tags, **range_tags(run)})
-            for run in contiguous_ranges(order, wanted, SHARDS_PER_RUN if dynamic else max(len(order), 1))]
+    if asset.partitions_def is None:
+        return range_requests(asset, None, None, stage, tags=tags)
+    order = partition_order(instance, asset)
+    dynamic = isinstance(asset.partitions_def, dg.DynamicPartitionsDefinition)
+    return range_requests(asset, order, order if keys == ALL else keys, stage,
+                          SHARDS_PER_RUN if dynamic else len(order), tags)

@@ -170,26 +170,33 @@ def test_a_child_whose_parent_was_killed_ends_at_its_next_report(tmp_path):
         parent.kill()
 
 
-
-def test_a_signal_reaching_a_child_as_it_is_forked_ends_it_without_the_parents_handler():
-    """Ctrl-C reaches the whole process group, so also a child that has just been forked, before it could put its
-    own signal handling in place. There the parent's handler (Dagster's raises an exception, cli/interrupts.py's
-    wakeup fd counts signals) must not run: the child ends quietly, the parent hears nothing but its death. The
-    signal is sent by an at-fork callback in the child, the earliest a real one could arrive."""
-    script = """
+# The parent of the two signal tests below: SIGINT raises Stop (as Dagster's handler raises in a step), and every
+# signal Python catches is written to a wakeup fd (as the command line counts them, cli/interrupts.py).
+PARENT_HANDLER_AND_WAKEUP_FD = """
 import os, signal
-from nemotron_assets.core.workers import ForkedCallDied, ForkedCalls
 
 class Stop(Exception):
     pass
 
 def stop(signum, frame):
     raise Stop
+
 signal.signal(signal.SIGINT, stop)
 read_end, write_end = os.pipe()
 os.set_blocking(read_end, False)
 os.set_blocking(write_end, False)
 signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+"""
+
+
+def test_a_signal_reaching_a_child_as_it_is_forked_ends_it_without_the_parents_handler():
+    """Ctrl-C reaches the whole process group, so also a child that has just been forked, before it could put its
+    own signal handling in place. There the parent's handler (Dagster's raises an exception, cli/interrupts.py's
+    wakeup fd counts signals) must not run: the child ends quietly, the parent hears nothing but its death. The
+    signal is sent by an at-fork callback in the child, the earliest a real one could arrive."""
+    script = PARENT_HANDLER_AND_WAKEUP_FD + """
+from nemotron_assets.core.workers import ForkedCallDied, ForkedCalls
+
 os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGINT))
 with ForkedCalls({"a": lambda report: "ran"}, 1, on_message=lambda *_: None) as calls:
     try:
@@ -211,15 +218,9 @@ def test_ctrl_c_reaches_forked_pool_workers_with_the_default_action_not_the_pare
     """``in_order`` with fork: Ctrl-C (SIGINT to the process group, here sent by a task) ends the workers; they do
     not run the parent's handler, which would write the signal to its wakeup fd once per worker (the command line
     took those for a second and third Ctrl-C and exited at once, cli/interrupts.py)."""
-    script = """
-import os, signal, time
+    script = PARENT_HANDLER_AND_WAKEUP_FD + """
+import time
 from nemotron_assets.core.workers import in_order
-
-class Stop(Exception):
-    pass
-
-def stop(signum, frame):
-    raise Stop
 
 def task(i):
     if i == 3:
@@ -227,11 +228,6 @@ def task(i):
     time.sleep(0.2)
     return i
 
-signal.signal(signal.SIGINT, stop)
-read_end, write_end = os.pipe()
-os.set_blocking(read_end, False)
-os.set_blocking(write_end, False)
-signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
 try:
     for _ in in_order(task, [(i,) for i in range(20)], 2, start="fork"):
         pass
