@@ -63,11 +63,12 @@ def build_definitions(blends_dir: Path | None = None, data_root: str | None = No
             if scope.samples:
                 continue
             applying = [pipeline for pipeline in PIPELINES if pipeline.applies(blend)]
-            staged = [(step, built[step.asset]) for pipeline in applying for step in pipeline.steps
+            staged = [(step, built[step.asset]) for pipeline in applying for step in pipeline.steps_of(blend)
                       if step.build_stage is not None]
             if staged:
                 automation.append(build_sensor(blend_scope, staged))
-            followed = [built[name] for pipeline in applying for name in pipeline.rebuilt_when_inputs_change]
+            followed = [built[name] for pipeline in applying for name in pipeline.rebuilt_when_inputs_change
+                        if name in built]
             if followed:
                 automation.append(post_training_sensor(blend, followed, list(built.values())))
     storage = StorageResource.from_environment(data_root or settings.data_root())

@@ -134,9 +134,12 @@ def verify(args: argparse.Namespace) -> int:
 
     blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
     with open_instance() as instance:
-        problems = collect_problems(instance, storage(), blend, blend_file)
+        found = collect_problems(instance, storage(), blend, blend_file)
+    problems = [problem for problem in found if not problem.skipped]
     for problem in problems:
         print(problem)
+    for skipped in (problem for problem in found if problem.skipped):
+        print(skipped, file=sys.stderr)
     print(f"{blend.name}: {len(problems)} problem(s)" if problems else f"{blend.name}: every output verified",
           file=sys.stderr)
     return 1 if problems else 0

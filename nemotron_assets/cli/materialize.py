@@ -101,7 +101,7 @@ def build(args: argparse.Namespace, request: Request, instance: dg.DagsterInstan
     for pipeline in PIPELINES:
         if not pipeline.applies(blend):
             continue
-        for step in pipeline.steps:
+        for step in pipeline.steps_of(blend):
             if step.asset not in request.steps:
                 continue
             asset_key = dg.AssetKey(target.scope.key(step.asset))
@@ -127,6 +127,12 @@ def selection(select: str | None, partition: str | None, blend: Blend) -> list[s
     unknown = [s for s in chosen if s not in steps]
     if unknown:
         raise UsageError(f"unknown asset(s) {', '.join(unknown)}; choose from {', '.join(steps)}")
+    built = {step.asset for pipeline in PIPELINES if pipeline.applies(blend) for step in pipeline.steps_of(blend)}
+    for pipeline in PIPELINES:
+        for step in pipeline.steps:
+            if step.asset in chosen and step.asset not in built:
+                raise UsageError(f"blend {blend.name!r} does not build {step.asset}"
+                                 + (f": it is built when {step.asked_by}" if step.asked_by else ""))
     return [name for name in steps if name in chosen]
 
 

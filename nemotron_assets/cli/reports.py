@@ -17,6 +17,8 @@ from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import check_sample, samples_dir
 from nemotron_assets.core.pipeline import StatusRequest
 from nemotron_assets.core.status import (
+    KEPT_NOT_ASKED,
+    NOT_IN_BLEND,
     RECORDED,
     SHOWN_KEYS,
     DatasetStatus,
@@ -148,6 +150,8 @@ def _table(datasets: list[DatasetStatus], columns: tuple[str, ...]) -> list[str]
 
 def _outputs_table(outputs: list[OutputStatus]) -> list[str]:
     lines = []
+    kept = [o for o in outputs if o.state == NOT_IN_BLEND]
+    outputs = [o for o in outputs if o.state != NOT_IN_BLEND]
     for asset in dict.fromkeys(o.asset for o in outputs):
         mine = [o for o in outputs if o.asset == asset]
         done = [o for o in mine if o.state == "done"]
@@ -163,6 +167,9 @@ def _outputs_table(outputs: list[OutputStatus]) -> list[str]:
                 more = f" and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else ""
                 lines.append(f"    {state}: {', '.join(o.key or asset for o in keys[:SHOWN_KEYS])}{more} "
                              f"({keys[0].reason})")
+    for asset in dict.fromkeys(o.asset for o in kept):
+        keys = [o.key or asset for o in kept if o.asset == asset]
+        lines.append(f"  {asset:<16} not in the blend: {', '.join(keys)} ({KEPT_NOT_ASKED})")
     return lines
 
 

@@ -27,7 +27,15 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from nemotron_assets.core.sections import BUILTIN_TEMPLATES, POOL_NAMES, HoldoutSettings, ScoringSettings, SftSettings
+from nemotron_assets.core.sections import (
+    BUILTIN_TEMPLATES,
+    POOL_NAMES,
+    CurationSettings,
+    HoldoutSettings,
+    ScoringSettings,
+    SftSettings,
+    asked_pools,
+)
 from nemotron_assets.sources.errors import InputError
 
 SPLITS = ("train", "valid", "test")
@@ -162,6 +170,8 @@ class Blend(BaseModel):
         "paths or s3:// URLs (Megatron resolves them against the trainer's working directory).")
     holdout: HoldoutSettings | None = Field(None, description="SFT conversations and JSONL rows -> train/valid/"
                                             "test by a stable hash of the first user prompt.")
+    curation: CurationSettings | None = Field(None, description="Candidate pools to build, their embedding views and "
+                                              "the behavior report (sft.from and scoring.pools build theirs too).")
     sft: SftSettings | None = Field(None, description="Packed chat SFT from the post-training rows.")
     scoring: ScoringSettings | None = Field(None, description="NLL and embedding scores of candidate pools.")
     datasets: list[DatasetEntry] | None = None
@@ -200,8 +210,10 @@ class Blend(BaseModel):
 
     @model_validator(mode="after")
     def _post_training_sections(self) -> "Blend":
-        """``sft``, ``scoring`` and ``holdout`` need the datasets they work on; ``sft.from`` names known pools."""
+        """``curation``, ``sft`` and ``scoring`` need the datasets they work on; ``sft.from`` names known pools."""
         has_family = any(e.family for e in self.entries())
+        if self.curation is not None and not has_family:
+            raise ValueError("curation: pools post-training rows: the blend needs a dataset with a family")
         if self.sft is not None and not has_family:
             raise ValueError("sft: renders post-training rows: the blend needs a dataset with a family")
         if self.scoring is not None and not has_family:
@@ -213,6 +225,10 @@ class Blend(BaseModel):
                 raise ValueError(f"sft.from: unknown pool(s) {', '.join(unknown)} (pools: {', '.join(POOL_NAMES)}; "
                                  "<pool>_easy and <pool>_hard for the pools scoring: lists)")
         return self
+
+    def pools(self) -> tuple[str, ...]:
+        """The candidate pools this blend builds (sections.py ``asked_pools``); () when it asks for none."""
+        return asked_pools(self.curation, self.sft, self.scoring)
 
     def datasets_of(self, kind: str) -> list[DatasetEntry]:
         """The datasets that take one path (``DatasetEntry.kind``)."""

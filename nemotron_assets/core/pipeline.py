@@ -79,7 +79,9 @@ class Step:
     named when there are none. ``skips_rows``: its materializations count the bad rows ``on_error: skip`` left
     out (``dropped_by_reason``), which the command line sums up. ``build_stage``: when the blend's build sensor
     requests this step (core/automation.py), asking ``not_done(target)`` for the full build's keys that are missing,
-    stale or failed (``[None]``: an unpartitioned asset that is not up to date)."""
+    stale or failed (``[None]``: an unpartitioned asset that is not up to date). ``applies(blend)``: whether the
+    blend builds this asset at all (a candidate pool only when the blend asks for one); the pipeline's ``assets``
+    leave out the ones it does not. ``asked_by``: what in a blend asks for it, for the message that refuses it."""
 
     asset: str
     keys: Callable[[Target], list[str] | None] = lambda target: None
@@ -90,6 +92,8 @@ class Step:
     skips_rows: bool = False
     build_stage: BuildStage | None = None
     not_done: Callable[[Target], list[str | None]] = lambda target: []
+    applies: Callable[[Blend], bool] = lambda blend: True
+    asked_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,6 @@ class Pipeline:
     #: the command line's default selection with --partition (the shards of one dataset)
     partition_steps: tuple[str, ...] = field(default_factory=tuple)
 
-    @property
-    def asset_names(self) -> list[str]:
-        return [step.asset for step in self.steps]
+    def steps_of(self, blend: Blend) -> list[Step]:
+        """The steps whose assets ``blend`` builds."""
+        return [step for step in self.steps if step.applies(blend)]

@@ -1,7 +1,8 @@
-"""The blend's post-training sections: ``holdout:``, ``sft:`` and ``scoring:`` (pure pydantic, no heavy imports),
-validated when the blend loads, and the candidate pools' names they refer to.
+"""The blend's post-training sections: ``curation:``, ``holdout:``, ``sft:`` and ``scoring:`` (pure pydantic, no
+heavy imports), validated when the blend loads, and the candidate pools' names they refer to.
 
 ```yaml
+curation: {pools: [tool_use, long_context]}     # or pools: all; builds those pools, their views, the report
 holdout: {valid: 0.01, test: 0.01, seed: 42}   # SFT conversations and JSONL rows -> train / valid / test
 sft:
   chat_template: harmony             # harmony | chatml | path/to/template.jinja (relative to the blend file)
@@ -30,9 +31,11 @@ scoring:
 
 What each ``sft:`` key does is in docs/architecture.md §4.4; which settings change which files is decided by the
 assets' receipts: rendering depends only on the template and tokenizer; holdout, weights, selection and packing only
-re-plan and re-pack. Each scored pool gives the selections ``<pool>_easy`` and ``<pool>_hard`` (and
-``<pool>_diverse`` with ``diverse_k``): pools of their own, which ``sft.from`` may name
-(`ScoringSettings.selections`). The pipelines that use these sections are defs/sft/ and defs/scoring/.
+re-plan and re-pack. A blend builds the candidate pools it asks for and no others: the union of ``curation.pools``,
+the pools ``sft.from`` names and ``scoring.pools`` (`asked_pools`); each built pool gets its embedding views, and the
+behavior report is built when the blend has a ``curation:`` section. Each scored pool gives the selections
+``<pool>_easy`` and ``<pool>_hard`` (and ``<pool>_diverse`` with ``diverse_k``): pools of their own, which
+``sft.from`` may name (`ScoringSettings.selections`). The pipelines that use these sections are defs/sft/ and defs/scoring/.
 """
 
 from typing import Literal
@@ -51,6 +54,37 @@ POOL_NAMES = (
 )
 
 BUILTIN_TEMPLATES = ("harmony", "chatml")
+
+
+class CurationSettings(BaseModel):
+    """``curation:``: the candidate pools to build (with their embedding views) and the behavior report over them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pools: Literal["all"] | list[str] = Field(description="all, or a list of candidate pools to build.")
+
+    @field_validator("pools")
+    @classmethod
+    def _known_unique_pools(cls, pools):
+        if pools == "all":
+            return pools
+        if not pools:
+            raise ValueError("pools must be 'all' or a non-empty list of pool names")
+        return check_pool_names(pools)
+
+    def pool_names(self) -> tuple[str, ...]:
+        return POOL_NAMES if self.pools == "all" else tuple(self.pools)
+
+
+def check_pool_names(pools: list[str]) -> list[str]:
+    """``pools`` when every name is a candidate pool, listed once; `ValueError` naming the others."""
+    unknown = [p for p in pools if p not in POOL_NAMES]
+    if unknown:
+        raise ValueError(f"unknown pool(s) {', '.join(unknown)} (pools: {', '.join(POOL_NAMES)})")
+    repeated = sorted({p for p in pools if pools.count(p) > 1})
+    if repeated:
+        raise ValueError(f"pool(s) listed twice: {', '.join(repeated)}")
+    return pools
 FORMATS = ("parquet", "npy")
 #: A packed shard holds at most ``max(1, shard_tokens // pack_size)`` bins: 16 Mi positions, 64 MiB of int32 ids (a
 #: split's shards are cut to even sizes under it: plan_step.shard_bounds). Packing
@@ -167,13 +201,7 @@ class ScoringSettings(BaseModel):
     @field_validator("pools")
     @classmethod
     def _known_unique_pools(cls, pools: list[str]) -> list[str]:
-        unknown = [p for p in pools if p not in POOL_NAMES]
-        if unknown:
-            raise ValueError(f"unknown pool(s) {', '.join(unknown)} (pools: {', '.join(POOL_NAMES)})")
-        repeated = sorted({p for p in pools if pools.count(p) > 1})
-        if repeated:
-            raise ValueError(f"pool(s) listed twice: {', '.join(repeated)}")
-        return pools
+        return check_pool_names(pools)
 
     @model_validator(mode="after")
     def _row_fits_a_batch(self) -> "ScoringSettings":
@@ -187,6 +215,18 @@ class ScoringSettings(BaseModel):
         ``diverse_k``, ``<pool>_diverse``."""
         kinds = (EASY, HARD, DIVERSE) if self.diverse_k else (EASY, HARD)
         return [f"{pool}_{kind}" for pool in self.pools for kind in kinds]
+
+
+def asked_pools(curation: CurationSettings | None, sft: SftSettings | None, scoring: ScoringSettings | None
+                ) -> tuple[str, ...]:
+    """The candidate pools a blend builds, in `POOL_NAMES` order: what ``curation.pools``, ``sft.from`` and
+    ``scoring.pools`` name (a selection ``<pool>_easy`` in ``sft.from`` is built from its scored pool)."""
+    asked = set(curation.pool_names()) if curation is not None else set()
+    if sft is not None and isinstance(sft.from_, list):
+        asked.update(pool for pool in sft.from_ if pool in POOL_NAMES)
+    if scoring is not None:
+        asked.update(scoring.pools)
+    return tuple(pool for pool in POOL_NAMES if pool in asked)
 
 
 def split_selection(name: str) -> tuple[str, str]:

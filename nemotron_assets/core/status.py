@@ -34,9 +34,10 @@ SHOWN_KEYS = 10  # keys listed per line in the text report; --json lists all
 class Problem:
     path: str  # the file at fault (local path or s3:// URL)
     reason: str
+    skipped: bool = False  # not a fault: a file verify leaves alone and says so (an output the blend no longer asks)
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.reason}"
+        return f"{self.path}: {'skipped: ' if self.skipped else ''}{self.reason}"
 
 
 @dataclass
@@ -66,10 +67,15 @@ class OutputStatus:
 
     asset: str
     key: str
-    state: str  # done, stale or missing
+    state: str  # done, stale or missing; NOT_IN_BLEND for an output kept on disk that the blend no longer asks for
     reason: str = ""
     rows: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # more counts of a done output (samples, tokens, ...)
+
+
+NOT_IN_BLEND = "not_in_blend"
+#: The reason given for an output the blend no longer asks for (status lists it, verify skips it, nothing deletes it).
+KEPT_NOT_ASKED = "the blend no longer asks for it; kept on disk, not verified, not deleted"
 
 
 @dataclass

@@ -8,9 +8,11 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.cli.reports import collect_problems, collect_status
+from nemotron_assets.cli.reports import collect_problems, collect_status, format_status
 from nemotron_assets.core.records import read_receipt, write_receipt
+from nemotron_assets.core.sections import POOL_NAMES, CurationSettings
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony.views import VIEWS
 from nemotron_assets_tests.defs.harmony.harmony_pipeline import SAMPLE, Pipeline
 
 SHARD = "posttrain_sample/harmony/nemotron_math_v2/shard_00000"
@@ -59,6 +61,41 @@ def test_an_intact_build_has_no_problem_and_every_output_is_done(built):
     [report_row] = [o for o in report.outputs if o.asset == "behavior_report"]
     behavior_views = [o for o in report.outputs if o.asset == "embedding_view" and o.key.startswith("behavior/")]
     assert report_row.rows == sum(o.rows for o in behavior_views) > 0  # the rows it reports on, not 0
+
+
+def test_pools_the_blend_no_longer_asks_for_are_listed_skipped_and_kept(built):
+    """The sample asked for every pool; a narrower ``curation:`` (or none) leaves the other pools, their views and
+    the report on disk: status lists them as not in the blend, verify skips them and says so, nothing is touched."""
+    blend, store, data = built
+    before = {path: path.stat().st_mtime_ns for path in data.rglob("*")}
+    # A report over other pools is stale (its inputs are the behavior views of the pools asked for).
+    for curation, report_state in ((CurationSettings(pools=["tool_use"]), "stale"), (None, "not_in_blend")):
+        narrower = blend.model_copy(update={"curation": curation})
+        with dg.instance_for_test() as instance:
+            report = collect_status(instance, store, narrower)
+            found = collect_problems(instance, store, narrower)
+        states = {(o.asset, o.key): o.state for o in report.outputs}
+        not_asked = [pool for pool in POOL_NAMES if curation is None or pool != "tool_use"]
+        assert {key for key, state in states.items() if state == "not_in_blend"} == {
+            *(("candidate_pool", pool) for pool in not_asked),
+            *(("embedding_view", f"{view}/{pool}") for pool in not_asked for view in VIEWS),
+            *([("behavior_report", "")] if curation is None else [])}
+        assert states[("behavior_report", "")] == report_state
+        assert [str(problem) for problem in found if not problem.skipped] == (
+            [] if curation is None else [f"{data}/posttrain_sample/embedding/behavior_report.md: stale: "
+                                         f"{states_reason(report, 'behavior_report')}: re-materialize "
+                                         "posttrain_sample/behavior_report"])
+        assert len(found) == len(not_asked) * (1 + len(VIEWS)) + 1  # and the report: stale, or not in the blend
+        assert f"{data}/posttrain_sample/pools/proof/part-00000.parquet: skipped: posttrain_sample/candidate_pool " \
+               "partition 'proof': the blend no longer asks for it; kept on disk, not verified, not deleted" \
+               in map(str, found)
+        assert "candidate_pool   not in the blend: high_correctness, " in format_status(report)
+    assert {path: path.stat().st_mtime_ns for path in data.rglob("*")} == before
+
+
+def states_reason(report, asset: str) -> str:
+    [row] = [o for o in report.outputs if o.asset == asset]
+    return row.reason
 
 
 def test_changed_shard_bytes_are_named_stale_and_hold_back_the_downstream_checks(built):

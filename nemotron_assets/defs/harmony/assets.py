@@ -28,7 +28,6 @@ from nemotron_assets.core.reporting import (
     retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.sections import POOL_NAMES
 from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.dedup import repeated_ids
@@ -82,7 +81,7 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     curation = Curation.of(blend)
     scored = tuple(blend.scoring.pools) if blend.scoring is not None else ()
     family_partitions = scope.partitions("family_datasets", dg.StaticPartitionsDefinition(list(curation.datasets)))
-    pool_partitions = scope.partitions("pools", dg.StaticPartitionsDefinition(list(POOL_NAMES)))
+    pool_partitions = scope.partitions("pools", dg.StaticPartitionsDefinition(list(curation.pools)))
     shard_key = dg.AssetKey(scope.key("harmony_shard"))
 
     @partitioned_asset(
@@ -232,8 +231,12 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         return dg.MaterializeResult(metadata={"status": dg.MetadataValue.text(outcome.status),
                                               "report": dg.MetadataValue.md(report)})
 
-    return {"harmony_shard": harmony_shard, "harmony_dedup": harmony_dedup, "candidate_pool": candidate_pool,
-            "embedding_view": embedding_view, "behavior_report": behavior_report}
+    built = {"harmony_shard": harmony_shard, "harmony_dedup": harmony_dedup}
+    if curation.pools:  # the pools the blend asks for, and their views
+        built |= {"candidate_pool": candidate_pool, "embedding_view": embedding_view}
+    if curation.report:
+        built["behavior_report"] = behavior_report
+    return built
 
 
 # --- the steps ------------------------------------------------------------------------------------------------

@@ -61,15 +61,18 @@ REPORT_FORMAT = "behavior-report/1"
 
 @dataclass(frozen=True)
 class Curation:
-    """What of the blend the steps after the shards use: its family datasets in blend order, and the dedup mode."""
+    """What of the blend the steps after the shards use: its family datasets in blend order, the dedup mode, the
+    candidate pools it asks for (each with its views) and whether it asks for the behavior report."""
 
     blend: str
     datasets: dict[str, HarmonyDataset]
     dedup: str  # per_dataset or across_datasets
+    pools: tuple[str, ...] = ()  # in POOL_NAMES order (core/sections.py asked_pools)
+    report: bool = False  # the blend has a curation: section
 
     @classmethod
     def of(cls, blend: Blend) -> "Curation":
-        return cls(blend.name, harmony_datasets(blend), blend.dedup)
+        return cls(blend.name, harmony_datasets(blend), blend.dedup, blend.pools(), blend.curation is not None)
 
 
 def prefix_of(relative: str) -> str:
@@ -172,8 +175,8 @@ def pool_inputs_once(store: Storage, curation: Curation, base: str) -> PoolInput
 
 def materialize_pool(store: Storage, curation: Curation, base: str, pool: str, thresholds: PoolThresholds,
                      force: bool = False, log=print, inputs_of: PoolInputs | None = None) -> Outcome:
-    if pool not in POOL_NAMES:
-        raise KeyError(f"unknown pool {pool!r}")
+    if pool not in curation.pools:
+        raise KeyError(f"{curation.blend} does not ask for pool {pool!r} (it asks for {', '.join(curation.pools)})")
 
     def build(folder: Path) -> Staged:
         manifest = stage_pool(blend_rows(store, curation.datasets, base), pool, thresholds, folder)
@@ -219,7 +222,7 @@ def materialize_views(store: Storage, curation: Curation, base: str, pool: str, 
 def report_inputs(store: Storage, curation: Curation, base: str, inputs_of: PoolInputs | None = None) -> dict:
     inputs_of = inputs_of or pool_inputs_once(store, curation, base)
     versions = {}
-    for pool in POOL_NAMES:
+    for pool in curation.pools:
         prefix = prefix_of(embedding_view_path(base, "behavior", pool))
         receipt = current_receipt(store, prefix,
                                   lambda _, pool=pool: view_inputs(store, curation, base, pool, inputs_of),
@@ -234,7 +237,7 @@ def materialize_report(store: Storage, curation: Curation, base: str, force: boo
     relative = behavior_report_path(base)
 
     def build(folder: Path) -> Staged:
-        markdown, rows = behavior_markdown(store, base)
+        markdown, rows = behavior_markdown(store, base, curation.pools)
         (folder / "report.md").write_text(markdown)
         return Staged({".md": folder / "report.md"}, {"rows": rows})  # the rows of every pool's behavior view
 
@@ -261,15 +264,33 @@ def downstream_states(store: Storage, curation: Curation, base: str, read_conten
     for name in curation.datasets:
         add("harmony_dedup", name, duplicates_prefix(base, name),
             lambda name=name: dedup_inputs(store, curation, base, name)[0])
-    for pool in POOL_NAMES:
+    for pool in curation.pools:
         built = read_receipt(store, prefix_of(pool_path(base, pool)))
         thresholds = PoolThresholds(**built.inputs["thresholds"]) if built else PoolThresholds()
         add("candidate_pool", pool, prefix_of(pool_path(base, pool)),
             lambda thresholds=thresholds: pools_read(thresholds))
-    for pool in POOL_NAMES:
+    for pool in curation.pools:
         for view in VIEWS:
             add("embedding_view", f"{view}/{pool}", prefix_of(embedding_view_path(base, view, pool)),
                 lambda pool=pool: view_inputs(store, curation, base, pool, pools_read))
-    add("behavior_report", "", prefix_of(behavior_report_path(base)),
-        lambda: report_inputs(store, curation, base, pools_read))
+    if curation.report:
+        add("behavior_report", "", prefix_of(behavior_report_path(base)),
+            lambda: report_inputs(store, curation, base, pools_read))
     return states
+
+
+def outputs_not_asked(store: Storage, curation: Curation, base: str) -> list[tuple[str, str, str]]:
+    """(asset, partition, path) of the pools, views and report built earlier that the blend no longer asks for. They
+    stay where they are: nothing deletes them, ``status`` lists them and ``verify`` says it skips them."""
+    found = []
+    for pool in POOL_NAMES:
+        if pool in curation.pools:
+            continue
+        if read_receipt(store, prefix_of(pool_path(base, pool))) is not None:
+            found.append(("candidate_pool", pool, pool_path(base, pool)))
+        for view in VIEWS:
+            if read_receipt(store, prefix_of(embedding_view_path(base, view, pool))) is not None:
+                found.append(("embedding_view", f"{view}/{pool}", embedding_view_path(base, view, pool)))
+    if not curation.report and read_receipt(store, prefix_of(behavior_report_path(base))) is not None:
+        found.append(("behavior_report", "", behavior_report_path(base)))
+    return found

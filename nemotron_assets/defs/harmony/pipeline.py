@@ -3,7 +3,6 @@
 from nemotron_assets.core.automation import ShardState, nightly_missing_shards_schedule, shards_not_done
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.pipeline import Assets, BlendScope, BuildStage, Pipeline, Step, Target
-from nemotron_assets.core.sections import POOL_NAMES
 from nemotron_assets.defs.harmony.assets import build_harmony_assets
 from nemotron_assets.defs.harmony.shard import harmony_datasets, harmony_freshness
 from nemotron_assets.defs.harmony.status import harmony_problems, harmony_status
@@ -36,6 +35,13 @@ def family_datasets(target: Target) -> list[str]:
     return [entry.name for entry in target.blend.datasets_of("harmony")]
 
 
+def asks_for_pools(blend: Blend) -> bool:
+    return bool(blend.pools())
+
+
+POOLS_ASKED_BY = "a pool is named in curation.pools, sft.from or scoring.pools"
+
+
 PIPELINE = Pipeline(
     name="harmony",
     applies=lambda blend: bool(blend.datasets_of("harmony")),
@@ -43,9 +49,12 @@ PIPELINE = Pipeline(
                 registered_by="source_split", skips_rows=True, build_stage=BuildStage.SHARDS,
                 not_done=shards_to_build),
            Step("harmony_dedup", keys=family_datasets),
-           Step("candidate_pool", keys=lambda target: list(POOL_NAMES), by_dataset=False),
-           Step("embedding_view", keys=lambda target: list(POOL_NAMES), by_dataset=False),
-           Step("behavior_report", by_dataset=False)),
+           Step("candidate_pool", keys=lambda target: list(target.blend.pools()), by_dataset=False,
+                applies=asks_for_pools, asked_by=POOLS_ASKED_BY),
+           Step("embedding_view", keys=lambda target: list(target.blend.pools()), by_dataset=False,
+                applies=asks_for_pools, asked_by=POOLS_ASKED_BY),
+           Step("behavior_report", by_dataset=False, applies=lambda blend: blend.curation is not None,
+                asked_by="the blend has a curation: section")),
     assets=build_harmony_assets,
     automation=nightly_schedule,
     rebuilt_when_inputs_change=("harmony_dedup", "candidate_pool", "embedding_view", "behavior_report"),

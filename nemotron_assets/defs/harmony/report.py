@@ -1,6 +1,6 @@
 """The behavior report: per pool, how many rows call tools and how many distinct behaviors there are.
 
-It reads every pool's ``behavior`` embedding view (views.py). A view whose rows collapse into few
+It reads the ``behavior`` embedding view of every pool the blend builds (views.py). A view whose rows collapse into few
 distinct signatures shows as low uniqueness: the pool teaches one way of using tools, whatever its size.
 
 Only the two columns it counts are read, by polars' streaming engine: memory grows with the number of distinct
@@ -11,17 +11,16 @@ import polars as pl
 
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.layout import embedding_view_path
-from nemotron_assets.defs.harmony.pools import POOL_NAMES
 
 TOP_SIGNATURES = 5
 
 
-def behavior_markdown(store: Storage, base: str) -> tuple[str, int]:
-    """Per pool: rows, rows with tool calls, distinct behavior signatures, and the most common ones; and the rows
-    reported, over every pool."""
+def behavior_markdown(store: Storage, base: str, pools: tuple[str, ...]) -> tuple[str, int]:
+    """Per pool of ``pools``: rows, rows with tool calls, distinct behavior signatures, and the most common ones; and
+    the rows reported, over those pools."""
     lines = ["| pool | rows | with tool calls | distinct signatures | uniqueness |", "|---|---:|---:|---:|---:|"]
     details, reported = [], 0
-    for pool in POOL_NAMES:
+    for pool in pools:
         view = pl.scan_parquet(store.url(embedding_view_path(base, "behavior", pool)),
                                storage_options=store.polars_options()).select("embed_text", "meta_tool_call_count")
         rows, with_calls = view.select(pl.len(), (pl.col("meta_tool_call_count") > 0).sum()).collect(

@@ -1,11 +1,13 @@
 """What ``status`` and ``verify`` say of the Harmony curation path (core/status.py says what the states mean).
 
 **status**: the table "Harmony shards" (per dataset: shards planned / done / stale / failed / missing, rows written
-and read) and "Post-training outputs": each dataset's dedup, each pool, each view and the report, done / stale /
-missing by the same definition.
+and read) and "Post-training outputs": each dataset's dedup, and each pool, view and report the blend asks for, done /
+stale / missing by the same definition. Pools, views and a report built earlier that the blend no longer asks for are
+listed as ``not_in_blend``: kept on disk, never deleted.
 
 **verify**: each Harmony shard hashed against its receipt, its schema and row count checked; then the dedup results,
-pools, views and report by the same definition, and their row counts.
+and the pools, views and report the blend asks for, by the same definition, and their row counts. Those it no longer
+asks for are skipped, and verify says so.
 """
 
 import dagster as dg
@@ -18,8 +20,11 @@ from nemotron_assets.core.partitions import Scope
 from nemotron_assets.core.pipeline import StatusRequest
 from nemotron_assets.core.records import Receipt, stored_path
 from nemotron_assets.core.status import (
+    KEPT_NOT_ASKED,
+    NOT_IN_BLEND,
     RECORDED,
     DatasetStatus,
+    OutputStatus,
     Plans,
     Problem,
     ShardKind,
@@ -30,7 +35,7 @@ from nemotron_assets.core.status import (
 )
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.build import SCHEMA as HARMONY_SCHEMA
-from nemotron_assets.defs.harmony.downstream import Curation, downstream_states
+from nemotron_assets.defs.harmony.downstream import Curation, downstream_states, outputs_not_asked
 from nemotron_assets.defs.harmony.layout import duplicates_path, harmony_shard_prefix
 from nemotron_assets.defs.harmony.shard import harmony_freshness
 
@@ -55,8 +60,10 @@ def harmony_status(request: StatusRequest) -> list[StatusSection]:
                                                   index), request.plans_of))
     if request.sample is not None:
         return [shards]
+    kept = [OutputStatus(asset, key, NOT_IN_BLEND, KEPT_NOT_ASKED) for asset, key, _ in
+            outputs_not_asked(store, curation, base)]
     return [shards, StatusSection("Post-training outputs",
-                                  outputs=output_statuses(downstream_states(store, curation, base)))]
+                                  outputs=output_statuses(downstream_states(store, curation, base)) + kept)]
 
 
 def harmony_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend, plans_of: Plans = RECORDED
@@ -78,7 +85,10 @@ def harmony_problems(instance: dg.DagsterInstance, store: Storage, blend: Blend,
             continue
         problems += parquet_problems(store, f"{prefix}.parquet", state.receipt.stats["records"], HARMONY_SCHEMA)
     problems = plans_of.input_problems(blend.datasets_of("harmony"), troubled) + problems
-    if problems:
+    problems += [Problem(store.url(path), f"{blend.name}/{asset}" + (f" partition '{key}'" if key else "")
+                         + f": {KEPT_NOT_ASKED}", skipped=True)
+                 for asset, key, path in outputs_not_asked(store, curation, blend.name)]
+    if any(not problem.skipped for problem in problems):
         return problems  # what is built from the shards cannot be judged until they are right
     for output in downstream_states(store, curation, blend.name, read_content=True):
         suffix = ".md" if output.asset == "behavior_report" else ".parquet"

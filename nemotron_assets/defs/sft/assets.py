@@ -2,7 +2,7 @@
 
     harmony_shard (one partition per dataset shard)
         -> sft_samples (the same partitions): render, tokenize and mask the shard's rows
-    sft_samples + harmony_dedup + candidate_pool (+ selected_pool, when sft.from names a selection)
+    sft_samples + harmony_dedup (+ candidate_pool when sft.from names pools, + selected_pool when it names a selection)
         -> sft_plan: select, split, repeat, plan the bins; registers the packed shards' partitions
         -> sft_packed (one partition per packed shard, ``<split>/shard_NNNNN``, with its three checks)
         -> sft_manifest: manifest.json, Bridge's packing_metadata.json, and the .npy files
@@ -61,6 +61,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     selections = tuple(blend.scoring.selections()) if blend.scoring is not None else ()
     every = dg.AllPartitionMapping()
     reads_selections = isinstance(sft.sft.from_, list) and not set(sft.sft.from_).isdisjoint(selections)
+    reads_pools = isinstance(sft.sft.from_, list) and not set(sft.sft.from_).isdisjoint(blend.pools())
     packed_key = dg.AssetKey(scope.key("sft_packed"))
 
     @partitioned_asset(
@@ -93,7 +94,7 @@ def build_sft_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         kinds={"parquet"},
         deps=[dg.AssetDep(sft_samples, partition_mapping=every),
               dg.AssetDep(upstream["harmony_dedup"], partition_mapping=every),
-              dg.AssetDep(upstream["candidate_pool"], partition_mapping=every),
+              *([dg.AssetDep(upstream["candidate_pool"], partition_mapping=every)] if reads_pools else []),
               *([dg.AssetDep(upstream["selected_pool"], partition_mapping=every)]
                 if reads_selections and "selected_pool" in upstream else [])],
         description="Selects the samples (dedup, sft.from, used_in), assigns train/valid/test and repeat copies, "

@@ -175,7 +175,8 @@ def test_dedup_across_datasets_drops_a_later_datasets_copy_of_an_earlier_row(tmp
     source = (REPO / "blends" / "sample_data" / "posttrain" / "nemotron_math_v2.jsonl").read_text().splitlines()
     (tmp_path / "first.jsonl").write_text("\n".join(source[:3]) + "\n")
     (tmp_path / "later.jsonl").write_text(source[1] + "\n" + source[4] + "\n")
-    (tmp_path / "b.yaml").write_text(f"on_error: skip\ndedup: {mode}\ndatasets:\n"
+    (tmp_path / "b.yaml").write_text(f"on_error: skip\ndedup: {mode}\n"
+                                     "curation: {pools: [has_correctness_meta, missing_correctness_meta]}\ndatasets:\n"
                                      "  - {name: first, path: first.jsonl, family: nemotron_math_v2}\n"
                                      "  - {name: later, path: later.jsonl, family: nemotron_math_v2}\n")
     pipeline = Pipeline(tmp_path / "b.yaml", tmp_path / "out", instance)
