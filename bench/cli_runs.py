@@ -8,9 +8,12 @@ process tree (the CLI, its fork server and worker processes) is sampled from ``/
 - CPU seconds: per process, the last user + system time seen, summed over every process that appeared (a process
   that lives less than one sampling interval can be missed; the last interval of each process is not counted);
   a step's CPU is the growth of that sum over the step's time window;
-- per-step wall time: the CLI prints ``run <id> <asset> <first>...<last>: ok in N s`` when a run ends; a step
-  ends at its last run's line and starts at the line before it (the previous step's last), so a step's time
-  includes starting its worker processes.
+- per-step wall time: the CLI prints ``run <id> <asset> <first>...<last>: ok in N s (steps M s)`` when a run
+  ends; a step ends at its last run's line and starts at the line before it (the previous step's last), so a step's
+  time includes starting its worker processes;
+- the command's time split (`print_run`): start-up (until the first run starts: its line's time minus its N),
+  each Dagster run's N, of which its steps' own work M (Dagster's step durations; a checkout older than the
+  ``(steps M s)`` part shows none), and the rest (between runs, and the command's end).
 """
 
 import os
@@ -26,7 +29,8 @@ from pathlib import Path
 
 SAMPLE_S = 0.2
 TICKS = os.sysconf("SC_CLK_TCK")
-RUN_LINE = re.compile(r"^run \S+ (?P<asset>[a-z_]+)(?: \S+)?: ok in (?P<seconds>[\d.]+) s$")
+RUN_LINE = re.compile(r"^run \S+ (?P<asset>[a-z_]+)(?: \S+)?: ok in (?P<seconds>[\d.]+) s"
+                      r"(?: \(steps (?P<steps>[\d.]+) s\))?$")
 
 
 @dataclass
@@ -34,10 +38,19 @@ class CliRun:
     wall_s: float
     cpu_s: float
     peak_rss_mb: float
-    steps: dict[str, dict]  # asset -> {"wall_s", "run_s": [seconds of each run], "peak_rss_mb"}
+    steps: dict[str, dict]  # asset -> {"wall_s", "run_s": [seconds of each run], "step_s": [...], "peak_rss_mb"}
     output: str
     data_root: Path | None = None  # kept outputs (``keep=True``), else None
     samples: list[tuple[float, int, float]] = field(default_factory=list)  # (s since start, largest RSS kB, CPU s)
+    startup_s: float = 0.0  # until the first run started
+
+    @property
+    def runs_s(self) -> float:
+        return sum(sum(step["run_s"]) for step in self.steps.values())
+
+    @property
+    def step_work_s(self) -> float:
+        return sum(sum(step["step_s"]) for step in self.steps.values())
 
 
 def _tree(root: int) -> list[int]:
@@ -108,8 +121,10 @@ def run_cli(tree: Path, blends: Path, blend: str, extra: list[str], keep: bool =
         raise SystemExit(f"{' '.join(cmd)} failed ({process.returncode}):\n{output[-4000:]}")
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
+    first_run = next(((at, float(m["seconds"])) for at, line in lines if (m := RUN_LINE.match(line))), (wall, 0.0))
     return CliRun(wall, sum(ticks.values()) / TICKS, max((kb for _, kb, _ in samples), default=0) / 1024,
-                  step_times(lines, samples), output, work / "data" if keep else None, samples)
+                  step_times(lines, samples), output, work / "data" if keep else None, samples,
+                  startup_s=first_run[0] - first_run[1])
 
 
 def step_times(lines: list[tuple[float, str]], samples: list[tuple[float, int, float]]) -> dict[str, dict]:
@@ -121,15 +136,17 @@ def step_times(lines: list[tuple[float, str]], samples: list[tuple[float, int, f
         match = RUN_LINE.match(line)
         if not match:
             continue
-        step = steps.setdefault(match["asset"], {"start": previous_end, "end": at, "run_s": []})
+        step = steps.setdefault(match["asset"], {"start": previous_end, "end": at, "run_s": [], "step_s": []})
         step["end"] = at
         step["run_s"].append(float(match["seconds"]))
+        if match["steps"] is not None:
+            step["step_s"].append(float(match["steps"]))
         previous_end = at
 
     def cpu_at(moment: float) -> float:
         return max((cpu for t, _, cpu in samples if t <= moment), default=0.0)
 
-    return {asset: {"wall_s": s["end"] - s["start"], "run_s": s["run_s"],
+    return {asset: {"wall_s": s["end"] - s["start"], "run_s": s["run_s"], "step_s": s["step_s"],
                     "cpu_s": cpu_at(s["end"]) - cpu_at(s["start"]),
                     "peak_rss_mb": max((kb for t, kb, _ in samples if s["start"] <= t <= s["end"]), default=0) / 1024}
             for asset, s in steps.items()}
@@ -138,7 +155,11 @@ def step_times(lines: list[tuple[float, str]], samples: list[tuple[float, int, f
 def print_run(name: str, run: CliRun) -> None:
     print(f"\n{name}: wall {run.wall_s:.1f} s, CPU {run.cpu_s:.1f} s ({100 * run.cpu_s / run.wall_s:.0f} % of one "
           f"core), peak RSS (largest process) {run.peak_rss_mb:.0f} MB")
-    print(f"  {'step':16} {'wall s':>7} {'CPU s':>7} {'peak MB':>8}   runs (s)")
+    print(f"  start-up {run.startup_s:.1f} s; {sum(len(s['run_s']) for s in run.steps.values())} Dagster run(s) "
+          f"{run.runs_s:.1f} s, of which the steps' work {run.step_work_s:.1f} s; the rest "
+          f"{run.wall_s - run.startup_s - run.runs_s:.1f} s")
+    print(f"  {'step':16} {'wall s':>7} {'CPU s':>7} {'peak MB':>8}   runs (s) [steps' work (s)]")
     for asset, step in run.steps.items():
+        work = f" [{', '.join(f'{s:.1f}' for s in step['step_s'])}]" if step["step_s"] else ""
         print(f"  {asset:16} {step['wall_s']:7.1f} {step['cpu_s']:7.1f} {step['peak_rss_mb']:8.0f}   "
-              f"{', '.join(f'{s:.1f}' for s in step['run_s'])}")
+              f"{', '.join(f'{s:.1f}' for s in step['run_s'])}{work}")

@@ -243,7 +243,7 @@ def ended(outcome: RunOutcome, outcomes: list[RunOutcome]) -> None:
 
 def report(outcome: RunOutcome) -> None:
     span = f" {outcome.partitions[0]}...{outcome.partitions[-1]}" if outcome.partitions else ""
-    status = f"ok in {outcome.seconds:.1f} s" if outcome.success else (
+    status = f"ok in {outcome.seconds:.1f} s (steps {outcome.step_seconds:.1f} s)" if outcome.success else (
         outcome.error if outcome.error.startswith("interrupted") else "FAILED (the error is shown at the end)")
     print(f"run {outcome.run_id[:8]} {outcome.asset}{span}: {status}", file=sys.stderr)
 

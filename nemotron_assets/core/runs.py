@@ -69,8 +69,9 @@ class RunOutcome:
     success: bool
     partitions: tuple[str, ...]
     error: str = ""  # the located error of the first failed step (all its failed partitions), else ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # the run's, from its start to its end
     asset: str = ""
+    step_seconds: float = 0.0  # of which its steps' own work (Dagster's STEP_SUCCESS durations)
 
     def for_asset(self, asset: str) -> "RunOutcome":
         return replace(self, asset=asset)
@@ -168,7 +169,13 @@ def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition
                         asset_selection=list(asset_keys)) as result:
         error = "" if result.success else first_error(result.all_events)
         return RunOutcome(result.run_id, result.success, tuple(partitions or ()), error,
-                          time.monotonic() - started)
+                          time.monotonic() - started, step_seconds=step_seconds(result.all_events))
+
+
+def step_seconds(events) -> float:
+    """What a run's steps took themselves, without the run's own start and end (from its step success events)."""
+    return sum(event.event_specific_data.duration_ms for event in events
+               if event.event_type == dg.DagsterEventType.STEP_SUCCESS) / 1000
 
 
 def first_error(events) -> str:
@@ -238,8 +245,10 @@ def wait_for_runs(instance: dg.DagsterInstance, launched: dict[str, tuple[str, .
                 if run is None or not run.is_finished:
                     continue
                 success = run.status == dg.DagsterRunStatus.SUCCESS
+                steps = [record.dagster_event for record in
+                         instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)]
                 outcome = RunOutcome(run_id, success, partitions, "" if success else _run_error(instance, run_id),
-                                     _run_seconds(instance, run_id, started))
+                                     _run_seconds(instance, run_id, started), step_seconds=step_seconds(steps))
                 outcomes[run_id] = outcome
                 if on_finished:
                     on_finished(outcome)

@@ -35,7 +35,8 @@ re-plan and re-pack. A blend builds the candidate pools it asks for and no other
 the pools ``sft.from`` names and ``scoring.pools`` (`asked_pools`); each built pool gets its embedding views, and the
 behavior report is built when the blend has a ``curation:`` section. Each scored pool gives the selections
 ``<pool>_easy`` and ``<pool>_hard`` (and ``<pool>_diverse`` with ``diverse_k``): pools of their own, which
-``sft.from`` may name (`ScoringSettings.selections`). The pipelines that use these sections are defs/sft/ and defs/scoring/.
+``sft.from`` may name (`ScoringSettings.selections`). The pipelines that use these sections are defs/harmony/,
+defs/sft/ and defs/scoring/.
 """
 
 from typing import Literal

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,11 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
     pretrain = tmp_path / "data" / "sample" / "pretrain"
     assert json.loads((pretrain / "blend.json").read_text())["valid"][1] == str(pretrain / "wiki_valid/shard_00000")
     assert done.stderr.splitlines()[-1].startswith("done: 3 run(s) in ")
+    # each run's line: its time, and the part its steps' own work took (what the benches split a command into)
+    timings = [re.search(r": ok in ([\d.]+) s \(steps ([\d.]+) s\)$", line) for line in done.stderr.splitlines()
+               if line.startswith("run ")]
+    assert len(timings) == 3 and all(t and 0 <= float(t[2]) <= float(t[1]) for t in timings)
+    assert float(timings[1][2]) > 0.1  # the shard run's step tokenized something
     assert NO_OUTPUTS_WARNING not in done.stderr  # the shard step yields its checks' outputs (core/reporting.py)
     os.environ["DAGSTER_HOME"] = cli_env["DAGSTER_HOME"]
     try:
