@@ -6,10 +6,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the tests may reach a hub
+
+# No time limit per example: on a busy 2-core machine a first example that imports a module can take 500 ms, and
+# speed is measured in bench/, never in tests.
+settings.register_profile("no_deadline", deadline=None)
+settings.load_profile("no_deadline")
 
 
 @pytest.fixture

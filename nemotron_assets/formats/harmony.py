@@ -331,10 +331,28 @@ def _namespace_section(namespace: str, description: str | None, tools: Sequence[
         parts.append(f"namespace {namespace} {{\n")
         for tool in tools:
             parts += [f"// {line}" for line in _lines(tool.description)]
-            signature = "()" if tool.parameters is None else f"(_: {json_schema_to_typescript(tool.parameters)})"
+            signature = "()" if tool.parameters is None else f"(_: {_parameters_type(tool.parameters)})"
             parts.append(f"type {tool.name} = {signature} => any;\n")
         parts.append(f"}} // namespace {namespace}")
     return "\n".join(parts)
+
+
+#: A tool's parameters type by the ``repr`` of its schema (key order, ints against floats, NaN against None all show
+#: in it, so equal keys render equally): a dataset's rows combine a few tools into many tool sets, and writing a
+#: schema's type is most of the cost of a tool row's developer message.
+_PARAMETER_TYPES: dict[str, str] = {}
+_PARAMETER_TYPES_KEPT = 1024
+
+
+def _parameters_type(parameters: Any) -> str:
+    key = repr(parameters)
+    rendered = _PARAMETER_TYPES.get(key)
+    if rendered is None:
+        rendered = json_schema_to_typescript(parameters)
+        if len(_PARAMETER_TYPES) >= _PARAMETER_TYPES_KEPT:
+            _PARAMETER_TYPES.clear()
+        _PARAMETER_TYPES[key] = rendered
+    return rendered
 
 
 def _lines(text: str) -> list[str]:
@@ -894,16 +912,19 @@ def _meaning_problems(parsed: list[_Parsed]) -> list[str]:
     last = len(parsed) - 1
     for i, item in enumerate(parsed):
         message = item.message
-        where = f"message {item.number} ({message.name or message.role})"
-        problems += [f"{where}: {reason}" for reason in _message_problems(message, item.terminator, i == last)]
+        problems += [f"{_where(item)}: {reason}" for reason in _message_problems(message, item.terminator, i == last)]
         if message.role == "assistant" and message.recipient is not None:
             pending_calls[message.recipient] += 1
         elif message.role == "tool" and message.name is not None:
             if pending_calls[message.name] > 0:
                 pending_calls[message.name] -= 1
             else:
-                problems.append(f"{where}: a tool result with no matching call to {message.name!r} before it")
+                problems.append(f"{_where(item)}: a tool result with no matching call to {message.name!r} before it")
     return problems
+
+
+def _where(item: _Parsed) -> str:
+    return f"message {item.number} ({item.message.name or item.message.role})"
 
 
 def _message_problems(message: Message, terminator: str, is_last: bool) -> Iterator[str]:

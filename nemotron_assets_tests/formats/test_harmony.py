@@ -477,6 +477,22 @@ def test_number_defaults_print_like_serde_json(harmony_encoding, value):
     )
 
 
+def test_a_tools_type_is_reused_only_for_the_same_schema(harmony_encoding):
+    """Tools' parameter types are kept between rows (formats/harmony.py ``_parameters_type``). Schemas Python calls
+    equal but the library prints differently (1, 1.0 and True as a default; properties in another order) must each
+    print as the library prints them, whichever came first."""
+    schemas = [{"type": "object", "properties": {"x": {"type": "number", "default": value}}}
+               for value in (1, 1.0, True, 1, True)]
+    schemas += [{"type": "object", "properties": dict(pairs)}
+                for pairs in ([("a", {"type": "string"}), ("b", {"type": "number"})],
+                              [("b", {"type": "number"}), ("a", {"type": "string"})])]
+    assert schemas[0] == schemas[1] == schemas[2] and schemas[5] == schemas[6]
+    for schema in schemas:
+        tool = ToolSpec("f", "", schema)
+        assert library_text(harmony_encoding, [library_developer(None, (tool,))]).endswith(
+            developer_content(None, [tool]) + "<|end|>")
+
+
 # --- round trips ----------------------------------------------------------------------------------------------------
 
 HEADER_WORD = st.text(
