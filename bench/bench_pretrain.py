@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from cli_runs import RUN_LINE
 
 REPO = Path(__file__).resolve().parent.parent
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
@@ -143,9 +144,18 @@ def built(root: Root, result: dict) -> tuple[dict, list[str]]:
 
 
 def run_cli(root: Root, work: Path, options: list[str]) -> dict:
-    """``python -m nemotron_assets materialize bench``: the whole blend, one command."""
+    """``python -m nemotron_assets materialize bench``: the whole blend, one command; prints its time split into its
+    Dagster runs (each with its steps' own work, from the command's run lines) and the rest (start-up, between runs)."""
     cmd = [sys.executable, "-m", "nemotron_assets", "materialize", "bench", "--log-level", "WARNING", *options]
-    return measure(cmd, root.env, root.code, work / f"cli{'_'.join(options)}.log")
+    log = work / f"cli{'_'.join(options)}.log"
+    result = measure(cmd, root.env, root.code, log)
+    runs = [match for match in map(RUN_LINE.match, log.read_text(errors="replace").splitlines()) if match]
+    run_s = sum(float(match["seconds"]) for match in runs)
+    each = ", ".join(f"{m['asset']} {m['seconds']} s" + (f" (steps {m['steps']} s)" if m["steps"] else "")
+                     for m in runs)
+    print(f"  {root.code}: {result['wall_s']:.2f} s = start-up and between runs {result['wall_s'] - run_s:.2f} s "
+          f"+ {len(runs)} run(s): {each}", flush=True)
+    return result
 
 
 def dagster_command(select: str, partitions: list[str]) -> list[str]:

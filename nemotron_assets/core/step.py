@@ -127,19 +127,19 @@ def build_output(store: Storage, output: Output, build: Callable[[Path], Staged]
         return commit(store, checked, staged)
 
 
-def build_outputs(store: Storage, outputs: list[Output], build: Callable[[Path], dict[str, Staged]],
-                  force: bool = False, log: Log = print) -> list[Outcome]:
-    """The skeleton for outputs built together (each view of a pool reads the pool once): all are built when any
-    is not up to date; ``build(folder)`` stages each output's files, by its prefix."""
+def check_together(store: Storage, outputs: list[Output], force: bool = False, log: Log = print
+                   ) -> list[Outcome] | list[Pending]:
+    """Step 1 for outputs one build writes together (each view of a pool reads the pool once): every outcome when all
+    are up to date, else every one pending: all are built when any is not up to date."""
     checked = [check(store, output, force, log) for output in outputs]
     if all(isinstance(c, Outcome) for c in checked):
         return checked
-    pending = [c if isinstance(c, Pending) else Pending(c_output, "", time.monotonic())
-               for c, c_output in zip(checked, outputs)]
-    with store.staging() as folder:
-        with locate_os_errors(folder):
-            staged = build(folder)
-        return [commit(store, p, staged[p.output.prefix]) for p in pending]
+    return [c if isinstance(c, Pending) else Pending(output, "", time.monotonic())
+            for c, output in zip(checked, outputs)]
+
+
+def commit_together(store: Storage, pending: list[Pending], staged: dict[str, Staged]) -> list[Outcome]:
+    return [commit(store, p, staged[p.output.prefix]) for p in pending]
 
 
 def adopt(store: Storage, output: Output, contents: dict[str, bytes], stats: dict) -> Outcome | None:
@@ -177,11 +177,17 @@ class ShardBuild:
 
     ``build`` may run in a process forked from the step: it may read the sources and write into the folder it is
     given, and it talks to the step only through ``report`` and what it returns. ``forkable`` is False when it
-    reads through something a fork must not copy (an S3 client): such a shard is built in the step."""
+    reads through something a fork must not copy (an S3 client): such a shard is built in the step. ``together``:
+    more outputs the same build writes (each view of a pool): then ``build`` returns the `Staged` of each output
+    by its prefix, and all are built when any is not up to date (`check_together`). ``cost``: the work it takes, in
+    any unit its step shares (the bytes it reads): the forked builds start with the costliest, so a small one ends the
+    run rather than a large one."""
 
     output: Output
-    build: ShardBuilder
+    build: ShardBuilder | Callable[[Path, Report, int], dict[str, Staged]]
     forkable: bool = True
+    together: tuple[Output, ...] = ()
+    cost: int = 0
 
 
 class ShardRun:
@@ -196,11 +202,13 @@ class ShardRun:
     Leaving the context kills the builds still running and removes their staging folders."""
 
     def __init__(self, store: Storage, log: Log, *, force: bool = False, processes: int = 0,
-                 prepare: Callable[[], object] | None = None) -> None:
-        self.store, self.log, self.force = store, log, force
+                 prepare: Callable[[], object] | None = None, what: str = "shard(s)") -> None:
+        self.store, self.log, self.force, self.what = store, log, force, what
         self.processes = build_processes(processes)
         self.prepare = prepare or (lambda: None)
-        self._planned: dict[str, ShardBuild | Outcome | Pending | BaseException] = {}
+        # per partition: up to date (its outcome), to build (pending: one, or all its outputs built together), or
+        # the error its outcome raises
+        self._planned: dict[str, Outcome | Pending | list[Pending] | BaseException] = {}
         self._builds: dict[str, ShardBuild] = {}
         self._forked: ForkedCalls | None = None
         self._staging: dict[str, tuple[contextlib.ExitStack, Path]] = {}  # the forked builds' folders
@@ -222,12 +230,12 @@ class ShardRun:
             if isinstance(build, ShardBuild):
                 self._builds[partition] = build
                 try:
-                    build = check(self.store, build.output, self.force, self.log)
+                    build = self._check(build)
                 except Exception as exc:  # noqa: BLE001 - raised by this shard's outcome, where it is reported
                     build = exc
             self._planned[partition] = build
-        to_build = [p for p, planned in self._planned.items() if isinstance(planned, Pending)]
-        forked = [p for p in to_build if self._builds[p].forkable]
+        to_build = [p for p, planned in self._planned.items() if isinstance(planned, (Pending, list))]
+        forked = sorted((p for p in to_build if self._builds[p].forkable), key=lambda p: -self._builds[p].cost)
         if self.processes < 2 or len(forked) < 2:
             return
         processes = min(self.processes, len(forked))
@@ -240,9 +248,16 @@ class ShardRun:
             self._staging[partition] = (stack, folder)
             calls[partition] = _forked_build(self._builds[partition].build, folder, cores)
         self._forked = ForkedCalls(calls, processes, on_message=lambda _partition, line: self.log(line))
-        self.log(f"building {len(forked)} shard(s) in {processes} processes, {cores} core(s) each")
+        self.log(f"building {len(forked)} {self.what} in {processes} processes, {cores} core(s) each")
+
+    def _check(self, build: ShardBuild) -> Outcome | Pending | list[Pending]:
+        if not build.together:
+            return check(self.store, build.output, self.force, self.log)
+        checked = check_together(self.store, [build.output, *build.together], self.force, self.log)
+        return checked[0] if isinstance(checked[0], Outcome) else checked
 
     def outcome(self, partition: str) -> Outcome:
+        """The partition's outcome (of its first output, when several are built together)."""
         planned = self._planned.pop(partition)
         if isinstance(planned, BaseException):
             raise planned
@@ -253,12 +268,17 @@ class ShardRun:
             with self.store.staging() as folder:
                 with locate_os_errors(folder):
                     staged = build(folder, self.log, usable_cores())
-                return commit(self.store, planned, staged)
+                return self._commit(planned, staged)
         stack, folder = self._staging.pop(partition)
         with stack:
             with locate_os_errors(folder):
                 staged = self._forked.result(partition)
-            return commit(self.store, planned, staged)
+            return self._commit(planned, staged)
+
+    def _commit(self, planned: Pending | list[Pending], staged) -> Outcome:
+        if isinstance(planned, list):
+            return commit_together(self.store, planned, staged)[0]
+        return commit(self.store, planned, staged)
 
 
 def _forked_build(build: ShardBuilder, folder: Path, cores: int) -> Callable[[Report], Staged]:

@@ -3,9 +3,10 @@ version wrote without a receipt is adopted when its bytes are exactly what a bui
 rebuild gives (core/records.py) reads well."""
 
 import json
+import time
 
 from nemotron_assets.core.records import read_receipt
-from nemotron_assets.core.step import Output, Staged, adopt, build_output
+from nemotron_assets.core.step import Output, ShardBuild, ShardRun, Staged, adopt, build_output
 from nemotron_assets.core.storage import Storage
 
 OUTPUT = Output("out/blend.receipt", {"setting": 1}, "megatron_blend", "blend")
@@ -57,3 +58,45 @@ def test_a_rebuild_reason_shows_hashes_shortened_inside_balanced_quotes():
     built, now = {"source": "a10ede2ae0949f5c8d2e"}, {"source": "d144b59ece7a1e2f3a4b"}
     assert describe_changes(built, now) == 'source="a10ede2ae094…", now "d144b59ece7a…"'
     assert describe_changes({"dtype": "int32"}, {"dtype": "uint16"}) == 'dtype="int32", now "uint16"'
+
+
+def test_a_run_forks_the_costliest_builds_first_and_commits_outputs_built_together(tmp_path):
+    """Three builds in two forked processes: the two costliest start first, the cheapest when one of them is done;
+    each build writes two outputs together, both committed with their receipts, and a second run finds all up to
+    date (and rebuilds both when one is gone)."""
+    store = Storage(str(tmp_path / "data"))
+    started = tmp_path / "started"
+    started.mkdir()
+
+    def views(name: str, cost: int) -> ShardBuild:
+        outputs = [Output(f"{name}/{view}", {"cost": cost}, "view", f"{name}/{view}") for view in ("a", "b")]
+
+        def build(folder, report, cores):
+            (started / name).write_text(str(time.monotonic()))
+            time.sleep(0.5)
+            staged = {}
+            for output in outputs:
+                (folder / output.key.replace("/", "_")).write_text(output.key)
+                staged[output.prefix] = Staged({".txt": folder / output.key.replace("/", "_")}, {"rows": cost})
+            return staged
+
+        return ShardBuild(outputs[0], build, together=(outputs[1],), cost=cost)
+
+    builds = {"small": views("small", 1), "large": views("large", 3), "middle": views("middle", 2)}
+    with ShardRun(store, lambda line: None, processes=2, what="pools' views") as run:
+        run.plan(builds)
+        outcomes = {name: run.outcome(name) for name in builds}
+    assert {name: outcome.status for name, outcome in outcomes.items()} == dict.fromkeys(builds, "built")
+    start = {name: float((started / name).read_text()) for name in builds}
+    assert start["small"] > max(start["large"], start["middle"])
+    for name in builds:
+        for view in ("a", "b"):
+            assert (tmp_path / "data" / name / f"{view}.txt").read_text() == f"{name}/{view}"
+            assert read_receipt(store, f"{name}/{view}").stats == {"rows": {"small": 1, "middle": 2, "large": 3}[name]}
+
+    (tmp_path / "data" / "large" / ".receipts" / "b.json").unlink()
+    with ShardRun(store, lambda line: None, processes=2) as run:
+        run.plan(builds)
+        again = {name: run.outcome(name).status for name in builds}
+    assert again == {"small": "up to date", "large": "built", "middle": "up to date"}
+    assert read_receipt(store, "large/b") is not None

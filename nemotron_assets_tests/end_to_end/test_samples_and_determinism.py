@@ -107,6 +107,9 @@ def test_builds_are_byte_identical_across_processes_hash_seeds_executors_and_bui
             done = _cli("materialize", blend, *options, env=env)
             if blend == "sample":  # the shard run builds its shards in forked processes, unless told not to
                 assert ("building 7 shard(s) in 2 processes" in done.stdout + done.stderr) == (name != "one_process")
+            else:  # and the views of the 13 pools, the same way
+                assert ("building 13 pools' views in 2 processes" in done.stdout + done.stderr) == (
+                    name != "one_process")
             # one compact line per message whatever the executor: no line in Dagster's own format (a multiprocess
             # step process's STEP_WORKER_STARTED), no warning about the checks' outputs
             assert " - dagster - " not in done.stderr and "did not yield" not in done.stderr, done.stderr[-2000:]

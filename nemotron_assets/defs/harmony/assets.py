@@ -36,8 +36,8 @@ from nemotron_assets.defs.harmony.downstream import (
     materialize_dedup,
     materialize_pool,
     materialize_report,
-    materialize_views,
     pool_inputs_once,
+    views_build,
 )
 from nemotron_assets.defs.harmony.layout import harmony_shard_path, harmony_shard_prefix, pool_dir
 from nemotron_assets.defs.harmony.lineage import log_harmony_shards, log_pools
@@ -201,21 +201,29 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
                     "value-free behavior.",
     )
     @retry_transient_errors
-    def embedding_view(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
+    def embedding_view(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource):
         store = storage.get()
         inputs_of = {}  # base -> what the pools read there, judged once in this run
-
-        def build(partition: str) -> dict:
+        builds: dict[str, ShardBuild | Exception] = {}
+        for partition in context.partition_keys:
             sample, pool = scope.split(partition)
             base = scope.base(sample)
-            inputs_of.setdefault(base, pool_inputs_once(store, curation, base))
-            outcomes = materialize_views(store, curation, base, pool, config.force, context.log.info,
-                                         inputs_of[base])
-            return {"status": dg.MetadataValue.text(outcomes[0].status),
-                    "rows": dg.MetadataValue.int(outcomes[0].receipt.stats["rows"])}
+            try:
+                inputs_of.setdefault(base, pool_inputs_once(store, curation, base))
+                builds[partition] = views_build(store, curation, base, pool, inputs_of[base])
+            except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
+                builds[partition] = exc
 
-        yield from materialize_partitions(context, dg.AssetKey(scope.key("embedding_view")), context.partition_keys,
-                                          build)
+        def build(partition: str) -> dict:
+            outcome = run.outcome(partition)  # the first view's; the pool's views are built and committed together
+            return {"status": dg.MetadataValue.text(outcome.status),
+                    "rows": dg.MetadataValue.int(outcome.receipt.stats["rows"])}
+
+        with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes,
+                      what="pools' views") as run:
+            run.plan(builds)
+            yield from materialize_partitions(context, dg.AssetKey(scope.key("embedding_view")),
+                                              context.partition_keys, build)
 
     @dg.asset(
         key=scope.key("behavior_report"), group_name=scope.group, partitions_def=scope.partitions("blend", None),

@@ -35,7 +35,7 @@ from nemotron_assets.core.records import (
 )
 from nemotron_assets.core.sections import POOL_NAMES
 from nemotron_assets.core.status import OutputState
-from nemotron_assets.core.step import Outcome, Output, Staged, build_output, build_outputs
+from nemotron_assets.core.step import Outcome, Output, ShardBuild, Staged, build_output
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.dedup import current_shards, find_duplicates
 from nemotron_assets.defs.harmony.layout import (
@@ -204,19 +204,21 @@ def view_inputs(store: Storage, curation: Curation, base: str, pool: str, inputs
     return {**inputs, "more_pool_parts": dict(more)} if more else inputs
 
 
-def materialize_views(store: Storage, curation: Curation, base: str, pool: str, force: bool = False,
-                      log=print, inputs_of: PoolInputs | None = None) -> list[Outcome]:
-    """Every view of one pool, built together (they read the pool once); one receipt per view file."""
+def views_build(store: Storage, curation: Curation, base: str, pool: str,
+                inputs_of: PoolInputs | None = None) -> ShardBuild:
+    """Every view of one pool, built together (they read the pool once), one receipt per view file: a build a
+    `ShardRun` can fork, so a run's pools are viewed at the same time."""
     inputs = view_inputs(store, curation, base, pool, inputs_of)
-    outputs = [Output(prefix_of(embedding_view_path(base, view, pool)), inputs, VIEW_FORMAT,
-                      prefix_of(embedding_view_path(base, view, pool))) for view in VIEWS]
+    first, *more = [Output(prefix_of(embedding_view_path(base, view, pool)), inputs, VIEW_FORMAT,
+                           prefix_of(embedding_view_path(base, view, pool))) for view in VIEWS]
 
-    def build(folder: Path) -> dict[str, Staged]:
+    def build(folder: Path, report, cores: int) -> dict[str, Staged]:
         rows, staged = stage_views(store, base, pool, folder)
         return {output.prefix: Staged({".parquet": staged[view]}, {"rows": rows})
-                for view, output in zip(VIEWS, outputs)}
+                for view, output in zip(VIEWS, [first, *more])}
 
-    return build_outputs(store, outputs, build, force, log)
+    pool_bytes = sum(store.size(pool_part_path(base, pool, part)) for part in pool_part_numbers(store, base, pool))
+    return ShardBuild(first, build, forkable=not store.is_s3, together=tuple(more), cost=pool_bytes)
 
 
 def report_inputs(store: Storage, curation: Curation, base: str, inputs_of: PoolInputs | None = None) -> dict:

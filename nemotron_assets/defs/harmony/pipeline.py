@@ -52,7 +52,7 @@ PIPELINE = Pipeline(
            Step("candidate_pool", keys=lambda target: list(target.blend.pools()), by_dataset=False,
                 applies=asks_for_pools, asked_by=POOLS_ASKED_BY),
            Step("embedding_view", keys=lambda target: list(target.blend.pools()), by_dataset=False,
-                applies=asks_for_pools, asked_by=POOLS_ASKED_BY),
+                options=("force", "build_processes"), applies=asks_for_pools, asked_by=POOLS_ASKED_BY),
            Step("behavior_report", by_dataset=False, applies=lambda blend: blend.curation is not None,
                 asked_by="the blend has a curation: section")),
     assets=build_harmony_assets,
