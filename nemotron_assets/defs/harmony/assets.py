@@ -34,7 +34,7 @@ from nemotron_assets.defs.harmony.dedup import repeated_ids
 from nemotron_assets.defs.harmony.downstream import (
     Curation,
     materialize_dedup,
-    materialize_pool,
+    materialize_pools,
     materialize_report,
     pool_inputs_once,
     views_build,
@@ -163,14 +163,25 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
                        lineage: WandbLineage):
         store = storage.get()
         built: list[tuple[str, dict]] = []
-        inputs_of = {}  # base -> what the pools read there, judged once in this run
+        pools_of: dict[str | None, list[str]] = {}  # the run's pools, by sample (None: the full build)
+        for partition in context.partition_keys:
+            sample, pool = scope.split(partition)
+            pools_of.setdefault(sample, []).append(pool)
+        outcomes: dict[str | None, dict[str, Outcome] | Exception] = {}  # by sample, once its pools are built
 
         def build(partition: str) -> dict:
             sample, pool = scope.split(partition)
             base = scope.base(sample)
-            inputs_of.setdefault(base, pool_inputs_once(store, curation, base))
-            outcome = materialize_pool(store, curation, base, pool, config.thresholds(), config.force,
-                                       context.log.info, inputs_of[base])
+            if sample not in outcomes:  # the run's pools of this sample are built together, in one pass
+                try:
+                    outcomes[sample] = materialize_pools(store, curation, base, pools_of[sample], config.thresholds(),
+                                                         config.force, context.log.info,
+                                                         pool_inputs_once(store, curation, base))
+                except Exception as exc:  # noqa: BLE001 - each of these pools fails with it
+                    outcomes[sample] = exc
+            if isinstance(outcomes[sample], Exception):
+                raise outcomes[sample]
+            outcome = outcomes[sample][pool]
             register_pool_parts(context.instance, store, scored, scope, sample, pool)
             stats = outcome.receipt.stats
             context.log.info(f"{partition}: {outcome.status}, {stats['rows']:,} rows")

