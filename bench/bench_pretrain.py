@@ -136,11 +136,13 @@ def fresh_root(args, work: Path, input_path: Path, code: Path = REPO) -> Root:
 
 def built(root: Root, result: dict) -> tuple[dict, list[str]]:
     """Add the shards' counts to ``result``; (result, shard prefixes in order)."""
-    receipts = sorted(root.shard_folder.glob("shard_*.json"))
+    # receipts in .receipts/ beside the shards; a checkout older than that folder (--before) wrote them beside them
+    receipts = sorted((root.shard_folder / ".receipts").glob("shard_*.json")) or sorted(
+        root.shard_folder.glob("shard_*.json"))
     result["tokens"] = sum(json.loads(r.read_text())["stats"]["tokens"] for r in receipts)
     result["backend"] = json.loads(receipts[0].read_text())["stats"]["backend"]
     result["shards"] = len(receipts)
-    return result, [str(r)[: -len(".json")] for r in receipts]
+    return result, [str(root.shard_folder / r.stem) for r in receipts]
 
 
 def run_cli(root: Root, work: Path, options: list[str]) -> dict:
