@@ -87,16 +87,11 @@ def row_group_rows(selected: pl.LazyFrame) -> int:
     return max(1, ROW_GROUP_BYTES // (2 * int(mean_chars) + ROW_OVERHEAD_BYTES))
 
 
-def stage_pool(rows: pl.LazyFrame, pool: str, thresholds: PoolThresholds, folder: Path) -> dict:
-    """Stream the rows of ``pool`` into ``folder/part-00000.parquet`` and its ``manifest.json`` (rows per dataset
-    and the thresholds, which the pool check re-reads); returns the manifest."""
-    return stage_pools(rows, {pool: folder}, thresholds)[pool]
-
-
 def stage_pools(rows: pl.LazyFrame, folders: dict[str, Path], thresholds: PoolThresholds) -> dict[str, dict]:
-    """`stage_pool` for every pool of ``folders`` (pool -> its staging folder) at once: polars runs their sinks
-    together, reading the rows once for all of them (13 pools of 600,000 rows: 10 s, against 16 s one after the
-    other), and each file is the same bytes as alone. Returns each pool's manifest."""
+    """Stream the rows of every pool of ``folders`` (pool -> its staging folder) into ``<folder>/part-00000.parquet``
+    and its ``manifest.json`` (rows per dataset and the thresholds, which the pool check re-reads); returns each
+    pool's manifest. Polars runs the sinks together, reading the rows once for all of them (13 pools of 600,000
+    rows: 10 s, against 16 s one after the other), and each file is the same bytes as when written alone."""
     sinks = []
     for pool, folder in folders.items():
         selected = rows.filter(pool_predicate(pool, thresholds))

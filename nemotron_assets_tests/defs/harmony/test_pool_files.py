@@ -1,4 +1,4 @@
-"""Pool files (defs/harmony/pools.py `stage_pool`): exactly the rows the predicate selects, in order, counted per
+"""Pool files (defs/harmony/pools.py `stage_pools`): exactly the rows the predicate selects, in order, counted per
 dataset, in row groups sized by bytes (so memory stays bounded whatever the rows' length). Read back with pyarrow."""
 
 import json
@@ -12,7 +12,7 @@ from nemotron_assets.defs.harmony.pools import (
     ROW_OVERHEAD_BYTES,
     PoolThresholds,
     row_group_rows,
-    stage_pool,
+    stage_pools,
 )
 
 
@@ -30,7 +30,7 @@ def rows(count: int, chars: int) -> pl.LazyFrame:
 
 @pytest.mark.parametrize(("count", "chars"), [(400, 200_000), (5000, 100)])
 def test_pool_holds_the_selected_rows_in_order_in_row_groups_of_bounded_bytes(tmp_path, count, chars):
-    manifest = stage_pool(rows(count, chars), "tool_use", PoolThresholds(), tmp_path)
+    manifest = stage_pools(rows(count, chars), {"tool_use": tmp_path}, PoolThresholds())["tool_use"]
     path = tmp_path / "part-00000.parquet"
     selected = [i for i in range(count) if i % 3 == 0]
     assert pq.read_table(path, columns=["id"]).column("id").to_pylist() == [f"id{i}" for i in selected]
@@ -53,3 +53,22 @@ def test_row_group_rows_follow_the_mean_row_length():
     assert row_group_rows(lengths(1, 1)) == ROW_GROUP_BYTES // (2 + ROW_OVERHEAD_BYTES)
     assert row_group_rows(lengths(10**9)) == 1  # one enormous row: one row per group
     assert row_group_rows(lengths()) == ROW_GROUP_BYTES // ROW_OVERHEAD_BYTES  # an empty pool: no mean
+
+
+def test_pools_staged_together_are_the_bytes_of_each_pool_staged_alone(tmp_path):
+    """`stage_pools` runs every pool's sink in one pass over the rows; each file must not depend on the others."""
+    pools = ("tool_use", "has_correctness_meta", "missing_correctness_meta")
+    together = {pool: tmp_path / "together" / pool for pool in pools}
+    for folder in together.values():
+        folder.mkdir(parents=True)
+    # 100,000-character rows, so each pool has several row groups; a correctness on every fourth row, so the pools
+    # differ in size
+    source = rows(600, 100_000).with_columns(
+        meta_correctness=pl.Series([0.9 if i % 4 == 0 else None for i in range(600)], dtype=pl.Float64))
+    stage_pools(source, together, PoolThresholds())
+    for pool in pools:
+        alone = tmp_path / "alone" / pool
+        alone.mkdir(parents=True)
+        stage_pools(source, {pool: alone}, PoolThresholds())
+        for name in ("part-00000.parquet", "manifest.json"):
+            assert (together[pool] / name).read_bytes() == (alone / name).read_bytes(), (pool, name)
