@@ -21,8 +21,10 @@ problems, 2 a bad blend or command line.
 """
 
 import argparse
-import gc
+import atexit
+import os
 import sys
+import threading
 
 from nemotron_assets.core import settings
 
@@ -34,14 +36,28 @@ class UsageError(Exception):
 def run() -> None:
     """The command's entry point (``nemotron-assets`` and ``python -m nemotron_assets``): ``main``, then exit.
 
-    Before exiting, every object alive is moved out of the garbage collector's reach (``gc.freeze``): otherwise
-    the interpreter's teardown runs full collections over every object the imports and the work left behind,
-    which took 0.35-0.4 s at the end of a pretraining build of 1 GB (a perf profile: ``gc_collect_main``), about
-    3 % of the command (bench/README.md). Nothing is skipped: atexit callbacks, logging's flush and the join of running
-    threads happen as usual, and everything the command wrote was committed before ``main`` returned."""
-    code = main()
-    gc.freeze()
-    sys.exit(code)
+    Everything the command wrote was committed before ``main`` returned, so the exit does only what a command owes
+    its caller: it waits for our threads, runs the ``atexit`` callbacks (logging's flush among them), flushes
+    stdout and stderr, and ends the process with ``os._exit`` (status 1, and no traceback, when whoever read stdout
+    left before the end). The interpreter's own teardown is skipped, for two
+    reasons:
+    - its full garbage collections over every object the imports and the work left behind took 0.35-0.4 s at the
+      end of a pretraining build of 1 GB, about 3 % of the command (bench/README.md);
+    - the C++ libraries loaded by then (Arrow with its thread pool and S3 client, jemalloc) destroy their static
+      objects after the interpreter is gone, and under load that teardown sometimes aborted a finished command
+      ("terminate called without an active exception", exit status -6) after it had printed its result."""
+    try:
+        code = main()
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()  # what the interpreter's exit would run first (there is no public name for it)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader of stdout left early (``| head``): exit 1 quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the last flush cannot fail again
+        code = 1
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ definition of "up to date" (records.py): these tests change each class of input 
 listing asset and materialize agree."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,24 @@ def test_verify_passes_then_names_each_damaged_file_and_why(built, capsys):
     status = _status(capsys)
     assert status["code"]["missing"] == ["code/shard_00000"]
     assert list(status["wiki"]["stale"]) == ["wiki/shard_00000"]
+
+
+def test_the_command_exits_with_its_status_after_writing_everything(built, env):
+    """``run`` ends the process itself (``os._exit``, cli/__init__.py): the whole report still reaches a pipe that
+    buffers it (no PYTHONUNBUFFERED), with verify's status; a reader that leaves early gets status 1, no traceback."""
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    (built / "code" / "shard_00000.idx").unlink()
+    verify = subprocess.run([sys.executable, "-m", "nemotron_assets", "verify", "sample"], cwd=REPO, env=environment,
+                            capture_output=True, text=True, timeout=120)
+    assert verify.returncode == 1, verify.stderr[-2000:]
+    assert f"{built / 'code' / 'shard_00000.idx'}: does not exist" in verify.stdout.splitlines()
+    assert verify.stderr.rstrip().endswith("sample: 2 problem(s)"), verify.stderr[-2000:]
+
+    status = subprocess.Popen([sys.executable, "-m", "nemotron_assets", "status", "--json"], cwd=REPO,
+                              env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    status.stdout.close()  # a reader gone before the report is written, like ``| head -c 0``
+    assert status.wait(timeout=120) == 1
+    assert status.stderr.read() == b""
 
 
 def test_a_corrupted_shard_is_rebuilt_by_the_next_materialize(built, env, sample_blends, capsys):
