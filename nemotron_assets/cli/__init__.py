@@ -3,7 +3,7 @@
     materialize BLEND [--select ASSETS] [--partition KEY] [--scale tiny|small|full | --max-rows N]
                       [--force] [--tokenizer-backend auto|hf|fastokens] [--shards-per-run N]
                       [--build-processes N] [--executor in_process|multiprocess] [--log-level LEVEL]
-                      [--dagster-logs]
+                      [--dagster-logs] [--json]
     status [BLEND] [--json]
     verify BLEND
 
@@ -17,11 +17,14 @@ assets, never touching the full build. With ``NEMOTRON_DEPLOYMENT=cluster`` the 
 instance's run launcher (Ray) instead of executed here. ``status`` shows per dataset the shards planned / done /
 stale / failed / missing, tokens and rows, and every other output; ``verify`` re-checks every output's files and
 checksums, printing one line per problem (file: why). Exit status: 0 success, 1 a run failed or verify found
-problems, 2 a bad blend or command line.
+problems, 2 a bad blend or command line. ``materialize --json`` prints one JSON document on stdout, whatever the
+exit status: what the runs made, per asset, in the words of ``status --json`` (cli/result.py); every log line goes
+to stderr.
 """
 
 import argparse
 import gc
+import json
 import sys
 
 from nemotron_assets.core import settings
@@ -60,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         return show_status(args) if args.command == "status" else verify(args)
     except (InputError, UsageError, UnknownBlend, DeploymentError, InstanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False) and args.command == "materialize":
+            from nemotron_assets.cli.result import error_document
+
+            print(json.dumps(error_document(args.blend, str(exc), 2), indent=1))
         return 2
 
 
@@ -94,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="console log level (default INFO; DEBUG with --dagster-logs, where the events are)")
     mat.add_argument("--dagster-logs", action="store_true", help="print Dagster's full event log instead of one "
                                                                   "line per message")
+    mat.add_argument("--json", action="store_true", help="print one JSON document of what the runs made on stdout "
+                                                         "(log lines stay on stderr)")
     stat = commands.add_parser("status", help="shards planned / done / stale / failed / missing, tokens, rows")
     stat.add_argument("blend", nargs="?", default=None, help="blend name (default: every blend)")
     stat.add_argument("--json", action="store_true", help="machine-readable output")
