@@ -3,7 +3,7 @@
     materialize BLEND [--select ASSETS] [--partition KEY] [--scale tiny|small|full | --max-rows N]
                       [--force] [--tokenizer-backend auto|hf|fastokens] [--shards-per-run N]
                       [--build-processes N] [--executor in_process|multiprocess] [--log-level LEVEL]
-                      [--dagster-logs]
+                      [--dagster-logs] [--json]
     status [BLEND] [--json]
     verify BLEND
 
@@ -17,11 +17,14 @@ assets, never touching the full build. With ``NEMOTRON_DEPLOYMENT=cluster`` the 
 instance's run launcher (Ray) instead of executed here. ``status`` shows per dataset the shards planned / done /
 stale / failed / missing, tokens and rows, and every other output; ``verify`` re-checks every output's files and
 checksums, printing one line per problem (file: why). Exit status: 0 success, 1 a run failed or verify found
-problems, 2 a bad blend or command line.
+problems, 2 a bad blend or command line. ``materialize --json`` prints one JSON document on stdout, whatever the
+exit status: what the runs made, per asset, in the words of ``status --json`` (cli/result.py); every log line goes
+to stderr.
 """
 
 import argparse
 import atexit
+import json
 import os
 import sys
 import threading
@@ -76,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         return show_status(args) if args.command == "status" else verify(args)
     except (InputError, UsageError, UnknownBlend, DeploymentError, InstanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if getattr(args, "json", False) and args.command == "materialize":
+            from nemotron_assets.cli.result import error_document
+
+            print(json.dumps(error_document(args.blend, str(exc), 2), indent=1))
         return 2
 
 
@@ -110,6 +117,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="console log level (default INFO; DEBUG with --dagster-logs, where the events are)")
     mat.add_argument("--dagster-logs", action="store_true", help="print Dagster's full event log instead of one "
                                                                   "line per message")
+    mat.add_argument("--json", action="store_true", help="print one JSON document of what the runs made on stdout "
+                                                         "(log lines stay on stderr)")
     stat = commands.add_parser("status", help="shards planned / done / stale / failed / missing, tokens, rows")
     stat.add_argument("blend", nargs="?", default=None, help="blend name (default: every blend)")
     stat.add_argument("--json", action="store_true", help="machine-readable output")
@@ -119,22 +128,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def show_status(args: argparse.Namespace) -> int:
-    from nemotron_assets.cli.reports import BlendStatus, collect_status, format_status, status_json
-    from nemotron_assets.core.blend import load_blend_folder
-    from nemotron_assets.core.instance import open_instance
+    from nemotron_assets.cli.reports import format_status, status_json
 
-    folder = load_blend_folder(settings.blends_dir())
-    if args.blend is not None:
-        chosen, broken = [folder.find(args.blend)], []
-    else:
-        chosen, broken = folder.blends, folder.broken
-    store = storage()
-    with open_instance() as instance:
-        reports = [collect_status(instance, store, blend, blend_file) for blend_file, blend in chosen]
-    reports += [BlendStatus(bad.name, error=str(bad.error)) for bad in broken]
-    orphans = store.orphaned_staging()
+    reports, orphans = collect_statuses(args.blend)
     if args.json:
-        print(status_json(reports, orphans))
+        print(json.dumps(status_json(reports, orphans), indent=1))
         return 0
     print("\n\n".join(format_status(r) for r in reports))
     if orphans:
@@ -143,22 +141,46 @@ def show_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def collect_statuses(blend_name: str | None) -> tuple[list, list]:
+    """The status of one blend (every blend, and the broken ones, when None), and the staging folders left by killed
+    runs."""
+    from nemotron_assets.cli.reports import BlendStatus, collect_status
+    from nemotron_assets.core.blend import load_blend_folder
+    from nemotron_assets.core.instance import open_instance
+
+    folder = load_blend_folder(settings.blends_dir())
+    if blend_name is not None:
+        chosen, broken = [folder.find(blend_name)], []
+    else:
+        chosen, broken = folder.blends, folder.broken
+    store = storage()
+    with open_instance() as instance:
+        reports = [collect_status(instance, store, blend, blend_file) for blend_file, blend in chosen]
+    reports += [BlendStatus(bad.name, error=str(bad.error)) for bad in broken]
+    return reports, store.orphaned_staging()
+
+
 def verify(args: argparse.Namespace) -> int:
+    name, problems, skipped = collect_verify_problems(args.blend)
+    for problem in problems:
+        print(problem)
+    for problem in skipped:
+        print(problem, file=sys.stderr)
+    print(f"{name}: {len(problems)} problem(s)" if problems else f"{name}: every output verified", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def collect_verify_problems(blend_name: str) -> tuple[str, list, list]:
+    """(the blend's name, the problems ``verify`` finds, the outputs it skips and says so)."""
     from nemotron_assets.cli.reports import collect_problems
     from nemotron_assets.core.blend import load_blend_folder
     from nemotron_assets.core.instance import open_instance
 
-    blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
+    blend_file, blend = load_blend_folder(settings.blends_dir()).find(blend_name)
     with open_instance() as instance:
         found = collect_problems(instance, storage(), blend, blend_file)
-    problems = [problem for problem in found if not problem.skipped]
-    for problem in problems:
-        print(problem)
-    for skipped in (problem for problem in found if problem.skipped):
-        print(skipped, file=sys.stderr)
-    print(f"{blend.name}: {len(problems)} problem(s)" if problems else f"{blend.name}: every output verified",
-          file=sys.stderr)
-    return 1 if problems else 0
+    return (blend.name, [problem for problem in found if not problem.skipped],
+            [problem for problem in found if problem.skipped])
 
 
 def storage():

@@ -7,9 +7,12 @@ through the run config and prints the located errors last itself; the full event
 (``dagster dev`` → Runs → the run id the CLI prints).
 """
 
+import contextlib
 import logging
+import os
 import sys
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -65,3 +68,19 @@ def _error_line(event) -> str:
     if error.cls_name == "DagsterExecutionInterruptedError":  # the step unwound after a signal (cli/interrupts.py)
         return "interrupted"
     return error.message.split(": ", 1)[-1] if error.cls_name == "Failure" else error.message
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Inside, file descriptor 1 is the process's stderr: whatever this process, its threads or the processes it
+    starts meanwhile write to stdout (Dagster's compute-log mirrors, a library's print, a forked build) goes to
+    stderr, so that a command whose stdout is one JSON document prints nothing else there. Restored on leaving."""
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(kept, 1)
+        os.close(kept)

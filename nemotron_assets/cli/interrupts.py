@@ -27,18 +27,24 @@ class Interrupted(Exception):
 
 class Interrupts:
     """The signals of one command: ``signalled`` names the first one (None until then). A context manager; outside
-    it, the signal handlers are the ones it found. Off the main thread (where Python delivers no signal) it does
-    nothing."""
+    it, the signal handlers are the ones it found. Off the main thread (where Python delivers no signal), or made
+    with ``handle_signals=False`` (the Python API: a notebook's Ctrl-C stays its own ``KeyboardInterrupt``, and a
+    second one must not end the kernel), it does nothing and ``handling`` is False."""
 
-    def __init__(self) -> None:
+    def __init__(self, handle_signals: bool = True) -> None:
+        self.handle_signals = handle_signals
         self.signalled: str | None = None
         self._count = 0
         self._previous: dict[int, object] = {}
         self._read_end = self._write_end = -1
         self._old_wakeup = -1
 
+    @property
+    def handling(self) -> bool:
+        return self._write_end >= 0
+
     def __enter__(self) -> "Interrupts":
-        if threading.current_thread() is not threading.main_thread():
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             return self
         self._read_end, self._write_end = os.pipe()
         os.set_blocking(self._write_end, False)
@@ -55,6 +61,7 @@ class Interrupts:
             signal.signal(signum, handler)
         signal.set_wakeup_fd(self._old_wakeup)
         os.close(self._write_end)  # the watcher reads EOF and ends; it closes the read end
+        self._write_end = -1
 
     def check(self) -> None:
         """Raise `Interrupted` if a signal came (call it after each run)."""

@@ -14,6 +14,8 @@ printed last.
 """
 
 import argparse
+import contextlib
+import json
 import os
 import shlex
 import sys
@@ -24,7 +26,9 @@ from pathlib import Path
 import dagster as dg
 
 from nemotron_assets.cli import UsageError, storage
+from nemotron_assets.cli.console import stdout_to_stderr
 from nemotron_assets.cli.interrupts import EXIT_STATUS, Interrupted, Interrupts
+from nemotron_assets.cli.result import failed_asset_checks, located_errors, result_document, skipped_rows
 from nemotron_assets.core import settings
 from nemotron_assets.core.blend import Blend, load_blend_folder
 from nemotron_assets.core.instance import (
@@ -57,7 +61,29 @@ class Request:
     outcomes: list[RunOutcome] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Materialized:
+    """How a ``materialize`` ended: its exit status and its result document (cli/result.py)."""
+
+    exit_status: int
+    document: dict | None  # None when not asked for
+
+
 def materialize(args: argparse.Namespace) -> int:
+    """The command. With ``--json`` the result document is the one thing on stdout: while the runs go, whatever
+    would reach stdout (Dagster's, a library's, a forked build's) goes to stderr with the log lines."""
+    with stdout_to_stderr() if args.json else contextlib.nullcontext():
+        done = materialize_blend(args, Interrupts(), with_document=args.json)
+    if args.json:
+        print(json.dumps(done.document, indent=1), flush=True)
+    return done.exit_status
+
+
+def materialize_blend(args: argparse.Namespace, interrupts: Interrupts, with_document: bool) -> Materialized:
+    """Check the request, run its steps, print the outcome (stderr) and (``with_document``) read back what the runs
+    made. Bad input
+    raises before any run (exit status 2). While the steps run, a signal that ``interrupts`` handles ends the build
+    (exit status 130); otherwise Ctrl-C raises ``KeyboardInterrupt`` as usual."""
     started = time.monotonic()
     blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
     try:
@@ -74,13 +100,19 @@ def materialize(args: argparse.Namespace) -> int:
     check_before_reading(blend, blend_file, [request.dataset] if request.dataset else None)
 
     cluster = settings.deployment() == "cluster"
-    instance = open_instance(launching=cluster, console_level=None if cluster else console_level(args))
-    with Interrupts() as interrupts:
-        try:
-            build(args, request, instance, cluster, interrupts)
-        except (KeyboardInterrupt, Interrupted):
-            return stopped(request, started, interrupts.signalled or "SIGINT")
-    return summarize(request, instance, started)
+    with open_instance(launching=cluster, console_level=None if cluster else console_level(args)) as instance:
+        interrupted = ""
+        with interrupts:
+            try:
+                build(args, request, instance, cluster, interrupts)
+            except (KeyboardInterrupt, Interrupted):
+                if not interrupts.handling:
+                    raise
+                interrupted = interrupts.signalled or "SIGINT"
+        exit_status = stopped(request, started, interrupted) if interrupted else summarize(request, instance, started)
+        document = result_document(instance, storage(), blend, blend_file, sample, request.outcomes, exit_status,
+                                   interrupted) if with_document else None
+    return Materialized(exit_status, document)
 
 
 def build(args: argparse.Namespace, request: Request, instance: dg.DagsterInstance, cluster: bool,
@@ -276,39 +308,6 @@ def summarize(request: Request, instance: dg.DagsterInstance, started: float) ->
         ok = False
     for outcome in outcomes:
         if not outcome.success:
-            print(f"\nerror in run {outcome.run_id} ({outcome.asset}"
-                  f"{' ' + outcome.partitions[0] + '...' + outcome.partitions[-1] if outcome.partitions else ''}):\n"
-                  + "\n".join(f"  {line}" for line in outcome.error.splitlines())
-                  + f"\nfull log: the Dagster UI's Runs page, run {outcome.run_id}", file=sys.stderr)
+            print(f"\n{located_errors([outcome])}\nfull log: the Dagster UI's Runs page, run {outcome.run_id}",
+                  file=sys.stderr)
     return 0 if ok else 1
-
-
-def skipped_rows(instance: dg.DagsterInstance, run_ids: list[str]) -> int:
-    """Rows skipped (``on_error: skip``) by the shards these runs built, from their materialization metadata."""
-    counted = {step.asset for pipeline in PIPELINES for step in pipeline.steps if step.skips_rows}
-    total = 0
-    for run_id in run_ids:
-        for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION):
-            materialization = record.dagster_event.event_specific_data.materialization
-            if materialization.asset_key.path[-1] not in counted:
-                continue
-            metadata = {k: v.value for k, v in materialization.metadata.items()}
-            if metadata.get("status") != "up to date":
-                total += sum(int(n) for n in (metadata.get("dropped_by_reason") or {}).values())
-    return total
-
-
-def failed_asset_checks(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]:
-    """One line per asset check these runs evaluated as failed: asset, partition, check, what it found. A failed
-    check does not fail its Dagster run, so without this the command would end "done" over a bad output."""
-    lines = []
-    for run_id in run_ids:
-        for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
-            evaluation = record.dagster_event.event_specific_data
-            if evaluation.passed:
-                continue
-            metadata = {k: v.value for k, v in evaluation.metadata.items()}
-            found = f": {metadata['first']}" if metadata.get("first") else ""
-            partition = f" {evaluation.partition}" if evaluation.partition else ""
-            lines.append(f"{evaluation.asset_key.to_user_string()}{partition} {evaluation.check_name}{found}")
-    return lines

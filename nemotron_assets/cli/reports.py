@@ -7,7 +7,6 @@ missing mean): the shards of each dataset (Megatron, Harmony, JSONL), then the o
 fault, and why.
 """
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -187,6 +186,6 @@ def _not_done(d: DatasetStatus, indent: str) -> list[str]:
     return lines
 
 
-def status_json(reports: list[BlendStatus], orphaned_staging: list) -> str:
-    return json.dumps({"blends": [r.as_json() for r in reports],
-                       "orphaned_staging": [asdict(o) for o in orphaned_staging]}, indent=1)
+def status_json(reports: list[BlendStatus], orphaned_staging: list) -> dict:
+    """The document of ``status --json`` (and of ``nemotron_assets.status``)."""
+    return {"blends": [r.as_json() for r in reports], "orphaned_staging": [asdict(o) for o in orphaned_staging]}

@@ -17,6 +17,7 @@ This module and core/reporting.py are the only ones that use Dagster's private A
 """
 
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -30,13 +31,15 @@ import dagster as dg
 
 # Private imports, because Dagster 1.13 has no public API for them:
 # - CodePointer, recon_job_from_origin, recon_repository_from_origin: a job reconstructable from the code location's
-#   module (so the UI re-executes our runs like its own);
+#   module (so the UI re-executes our runs like its own); ReconstructableJob, whose cached definition a process
+#   that materializes twice must drop (`reload_definitions`);
 # - the origins, SINGLETON_REPOSITORY_NAME, WorkerStatus: creating a run for the code location and handing it to the
 #   instance's launcher, as the webserver does, and the launcher's report on the run's worker;
 # - InstanceRef, ConfigurableClassData, LocalComputeLogManager: the instance of a terminal (`terminal_instance`),
 #   DAGSTER_HOME's configuration as Dagster reads it with two settings changed, one of them its compute log manager;
 # - the two tags that make a run cover a partition range (what --partition-range and the UI's backfills set).
 from dagster._core.code_pointer import CodePointer
+from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.launcher.base import WorkerStatus
@@ -85,6 +88,19 @@ def repository_origin() -> RepositoryPythonOrigin:
 def load_repository() -> tuple[RepositoryPythonOrigin, dg.RepositoryDefinition]:
     origin = repository_origin()
     return origin, recon_repository_from_origin(origin).get_definition()
+
+
+def reload_definitions() -> None:
+    """Make the next `load_repository` and the next run load the code location as the blend files and settings are
+    now. A process imports ``nemotron_assets.definitions`` once, and Dagster keeps the last job definition it
+    reconstructed from it; a process that materializes more than once (the Python API) would otherwise build a
+    blend edited since the first time with its old assets, settings and data root."""
+    module = sys.modules.get(DEFINITIONS_MODULE)
+    if module is None:
+        return  # the first load imports it as it is now
+    importlib.reload(module)
+    ReconstructableJob.get_repository_definition.cache_clear()
+    ReconstructableJob.get_definition.cache_clear()
 
 
 def _job(repo: dg.RepositoryDefinition, asset_keys: Sequence[dg.AssetKey]) -> dg.JobDefinition:

@@ -4,6 +4,7 @@ successful, one line says how to go on, the exit status is 130; a second signal 
 completes and ``verify`` passes."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -40,7 +41,8 @@ class Command:
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "nemotron_assets", "materialize", "big", "--tokenizer-backend", "hf",
-             "--shards-per-run", "2", *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+             "--shards-per-run", "2", *args], env=env, cwd=REPO,
+            stdout=subprocess.PIPE if "--json" in args else subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, start_new_session=True)
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.process.stderr), daemon=True)
         self._reader.start()
@@ -94,6 +96,23 @@ def _failure_message(home: str, run_id: str) -> str:
         events = [r.dagster_event for r in instance.all_logs(run_id, of_type=kinds)]
         assert [e.event_type for e in events] == [dg.DagsterEventType.RUN_FAILURE]
         return events[0].message
+
+
+def test_an_interrupted_json_command_prints_its_document(env):
+    data = Path(env["NEMOTRON_DATA_ROOT"])
+    command = Command(env, "--json")
+    command.wait_for(lambda: _second_run_building(command, data), "second shard run building")
+    os.killpg(command.process.pid, signal.SIGINT)
+    code, _ = command.exit_after(time.monotonic())
+    assert code == 130, command.stderr[-3000:]
+    document = json.loads(command.process.stdout.read())
+    assert (document["ok"], document["exit_status"], document["interrupted"]) == (False, 130, "SIGINT")
+    # every run of the command, as the instance recorded it (the interrupted one may have ended either way)
+    runs = _runs(env["DAGSTER_HOME"])
+    assert [(run["run_id"], run["success"]) for run in document["runs"]] == [
+        (run.run_id, run.status == dg.DagsterRunStatus.SUCCESS) for run in runs]
+    assert document["runs"][1]["success"] and document["assets"]["pretrain_shard"]["built"][:2] == [
+        "big/shard_00000", "big/shard_00001"]
 
 
 def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -39,10 +39,18 @@ from nemotron_assets.defs.harmony.downstream import (
     pool_inputs_once,
     views_build,
 )
-from nemotron_assets.defs.harmony.layout import harmony_shard_path, harmony_shard_prefix, pool_dir
+from nemotron_assets.defs.harmony.layout import (
+    behavior_report_path,
+    duplicates_path,
+    embedding_view_path,
+    harmony_shard_path,
+    harmony_shard_prefix,
+    pool_dir,
+)
 from nemotron_assets.defs.harmony.lineage import log_harmony_shards, log_pools
 from nemotron_assets.defs.harmony.pools import PoolThresholds, register_pool_parts, rows_outside_predicate
 from nemotron_assets.defs.harmony.shard import shard_build
+from nemotron_assets.defs.harmony.views import VIEWS
 from nemotron_assets.sources.manifest import SourceManifest
 
 ROWS_MATCH_SOURCE = "rows_match_source_minus_drops"
@@ -140,7 +148,8 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
             return {"status": dg.MetadataValue.text(outcome.status), "rows": dg.MetadataValue.int(stats["rows"]),
                     "duplicates": dg.MetadataValue.int(stats["duplicates"]),
                     "unique": dg.MetadataValue.int(stats["rows"] - stats["duplicates"]),
-                    "mode": dg.MetadataValue.text(curation.dedup)}
+                    "mode": dg.MetadataValue.text(curation.dedup),
+                    "path": dg.MetadataValue.path(store.url(duplicates_path(scope.base(sample), dataset)))}
 
         def check(partition: str) -> list[CheckOutcome]:
             sample, dataset = scope.split(partition)
@@ -227,8 +236,11 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
         def build(partition: str) -> dict:
             outcome = run.outcome(partition)  # the first view's; the pool's views are built and committed together
+            sample, pool = scope.split(partition)
             return {"status": dg.MetadataValue.text(outcome.status),
-                    "rows": dg.MetadataValue.int(outcome.receipt.stats["rows"])}
+                    "rows": dg.MetadataValue.int(outcome.receipt.stats["rows"]),
+                    **{f"{view}_view": dg.MetadataValue.path(store.url(embedding_view_path(scope.base(sample), view,
+                                                                                           pool))) for view in VIEWS}}
 
         with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes,
                       what="pools' views") as run:
@@ -244,11 +256,12 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     )
     @retry_transient_errors
     def behavior_report(context: dg.AssetExecutionContext, config: RebuildConfig, storage: StorageResource):
+        store, base = storage.get(), scope.base(scope.sample_of(context))
         with permanent_errors_fail_at_once():
-            outcome, report = materialize_report(storage.get(), curation, scope.base(scope.sample_of(context)),
-                                                 config.force, context.log.info)
+            outcome, report = materialize_report(store, curation, base, config.force, context.log.info)
         return dg.MaterializeResult(metadata={"status": dg.MetadataValue.text(outcome.status),
-                                              "report": dg.MetadataValue.md(report)})
+                                              "report": dg.MetadataValue.md(report),
+                                              "path": dg.MetadataValue.path(store.url(behavior_report_path(base)))})
 
     built = {"harmony_shard": harmony_shard, "harmony_dedup": harmony_dedup}
     if curation.pools:  # the pools the blend asks for, and their views
