@@ -12,10 +12,11 @@ import yaml
 from nemotron_assets.core.blend import load_blend
 from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.records import State, read_manifest
+from nemotron_assets.core.reporting import recorded_metadata
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.pretrain.blend_files import BlendListing, blend_files_freshness
 from nemotron_assets.defs.pretrain.shard import PretrainSettings, shard_inputs
-from nemotron_assets.defs.pretrain.status import shard_freshness
+from nemotron_assets.defs.pretrain.status import pretrain_problems, shard_freshness
 from nemotron_assets.defs.sources.preflight import check_before_reading
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.files import SourceFile
@@ -74,6 +75,10 @@ def test_each_text_field_gets_its_own_shards_and_blend_json_lists_the_blend_key(
         "shard_00000.bin", "shard_00001.bin"]  # a single text_field keeps today's names
     assert _listed(tmp_path) == ["keys/shard_00000_text_document", "keys/shard_00001_text_document",
                                  "plain/shard_00000", "plain/shard_00001"]  # the first field by default
+    recorded = recorded_metadata(instance, pipeline.pretrain_shard.key, "keys/shard_00000")
+    assert recorded["field_prefixes"] == {"text": str(folder / "shard_00000_text_document"),
+                                          "title": str(folder / "shard_00000_title_document")}
+    assert set(recorded["tokens_by_field"]) == {"text", "title"}
 
     titles = _blend_file(tmp_path, keys_blend_key="title")
     assert set(_states(tmp_path, titles).values()) == {"done"}  # the blend key changes no shard
@@ -173,3 +178,19 @@ def test_bad_option_settings_name_the_setting(tmp_path, settings, message):
     with pytest.raises(InputError) as raised:
         load_blend(_blend_file(tmp_path, **settings))
     assert message in str(raised.value)
+
+
+def test_verify_reads_every_fields_files_and_names_the_changed_one(tmp_path, instance):
+    blend, pipeline = pipeline_for(_blend_file(tmp_path))
+    materialize_all(pipeline, str(tmp_path), instance)
+    store = Storage(str(tmp_path))
+    assert pretrain_problems(instance, store, blend) == []
+    title = tmp_path / "opts/pretrain/keys/shard_00001_title_document.bin"
+    data = bytearray(title.read_bytes())
+    data[0] ^= 1  # the same size, another token
+    title.write_bytes(bytes(data))
+    shard, listing = pretrain_problems(instance, store, blend)  # the shard's file, then blend.json listing it
+    assert shard.path == store.url("opts/pretrain/keys/shard_00001_title_document.bin")
+    assert shard.reason.startswith("stale: its shard_00001_title_document.bin file changed after it was built")
+    assert listing.path == store.url("opts/pretrain/blend.json")
+    assert f"lists {store.url('opts/pretrain/keys/shard_00001_text_document')}, which is stale" in listing.reason
