@@ -109,7 +109,9 @@ def test_sentence_settings_make_every_shard_stale_and_defaults_change_no_receipt
     _, pipeline = pipeline_for(sentences)
     materialize_all(pipeline, str(tmp_path), instance)
     assert set(_states(tmp_path, sentences).values()) == {"done"}
-    assert (tmp_path / "opts/pretrain/keys/shard_00000_text_sentence.bin").exists()
+    assert sorted(p.name for p in (tmp_path / "opts/pretrain/keys").glob("shard_00000*")) == [
+        "shard_00000_text_sentence.bin", "shard_00000_text_sentence.idx",
+        "shard_00000_title_sentence.bin", "shard_00000_title_sentence.idx"]  # the _document files went
     assert _listed(tmp_path)[0] == "keys/shard_00000_text_sentence"
     for changed in ({"split_sentences": True, "keep_newlines": True},
                     {"split_sentences": True, "sentence_language": "german"}):
