@@ -18,8 +18,9 @@ What decides the shard's bytes (its receipt's ``inputs``, core/records.py):
 A list ``text_field`` (Megatron's ``--json-keys``) is in ``source`` (the manifest's fingerprint names the fields),
 and the shard writes one ``.bin``/``.idx`` pair per field, ``shard_NNNNN_<field>_document`` (layout.py
 ``field_suffixes``), all under the shard's one receipt: the fields' documents are the same rows, a row that cannot
-be read is left out of every field. Its ``stats`` are the first field's (rows and documents are every field's),
-and ``stats["fields"]`` holds each field's, with the ``suffix`` of its files' names.
+be read is left out of every field; the rows are read once per field, each field tokenized as one shard is. Its
+``stats`` are the first field's (rows and documents are every field's), and ``stats["fields"]`` holds each field's,
+with the ``suffix`` of its files' names.
 
 Dataset weights, the shard count of *other* datasets and the tokenizer backend (every backend is checked to give
 the reference's ids) are not inputs: changing them rebuilds nothing.
