@@ -41,6 +41,7 @@ from nemotron_assets.sources.errors import InputError
 SPLITS = ("train", "valid", "test")
 DATASET_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.-]*$")
 BLEND_NAME = re.compile(r"^[a-z0-9_]+$")
+TEXT_FIELD_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20,
@@ -73,7 +74,11 @@ class DatasetEntry(BaseModel):
     split: str | None = Field(None, description="Source split to read (hf datasets: train, validation, ...).")
     subset: str | None = Field(None, description="Source subset/config, matched exactly.")
     revision: str | None = Field(None, description="hf:// revision; pinned to a commit sha when resolved.")
-    text_field: str = Field("text", description="Field (JSONL key or Parquet column) holding the document.")
+    text_field: str | list[str] = Field(
+        "text", description="Field (JSONL key or Parquet column) holding the document; a list of fields (Megatron's "
+        "--json-keys) gives each field its own shards, <shard>_<field>_document (or _sentence).")
+    blend_key: str | None = Field(None, description="With a list text_field: the field whose shards blend.json "
+                                  "and data_path.txt list (default: the first).")
     format: Literal["jsonl", "parquet"] | None = Field(None, description="Inferred from the file suffix.")
     family: str | None = Field(None, description="Harmony normalizer for post-training data.")
     messages_field: str | None = Field(None, description="Column holding the conversation (default: the family's).")
@@ -109,6 +114,45 @@ class DatasetEntry(BaseModel):
         if family is not None and family not in FAMILIES:
             raise ValueError(f"unknown family {family!r} (families: {', '.join(sorted(FAMILIES))})")
         return family
+
+    @field_validator("text_field")
+    @classmethod
+    def _text_fields(cls, text_field: str | list[str]) -> str | list[str]:
+        """A list's fields name files (``<shard>_<field>_document.bin``), so each must be a plain name, once."""
+        if isinstance(text_field, str):
+            return text_field
+        if not text_field:
+            raise ValueError("a text_field list needs at least one field")
+        for name in text_field:
+            if not TEXT_FIELD_NAME.match(name):
+                raise ValueError(f"text_field {name!r}: a field of a list must match [A-Za-z0-9_.-]+ (it becomes "
+                                 "part of a file name)")
+        repeated = sorted({name for name in text_field if text_field.count(name) > 1})
+        if repeated:
+            raise ValueError(f"text_field lists {', '.join(repeated)} twice")
+        return text_field
+
+    @property
+    def text_fields(self) -> tuple[str, ...] | None:
+        """The fields of a list ``text_field`` (each its own shards), or None for one ``text_field``."""
+        return None if isinstance(self.text_field, str) else tuple(self.text_field)
+
+    @model_validator(mode="after")
+    def _one_blend_key(self) -> "DatasetEntry":
+        if self.text_fields is None:
+            if self.blend_key is not None:
+                raise ValueError("blend_key picks one field of a list text_field: text_field is a single field")
+        elif self.blend_key is not None and self.blend_key not in self.text_fields:
+            raise ValueError(f"blend_key {self.blend_key!r} is not one of text_field {list(self.text_fields)}")
+        if self.text_fields is not None and self.kind != "pretrain":
+            raise ValueError("a list text_field gives Megatron shards per field: it applies to pretraining datasets "
+                             "(no family, no transform)")
+        return self
+
+    @property
+    def listed_field(self) -> str | None:
+        """The field whose shards the blend files list: ``blend_key``, else the first of a list ``text_field``."""
+        return None if self.text_fields is None else (self.blend_key or self.text_fields[0])
 
     @model_validator(mode="after")
     def _fields_the_family_reads(self) -> "DatasetEntry":
@@ -161,6 +205,11 @@ class Blend(BaseModel):
     num_shards: int | None = Field(None, ge=1, description="Shard count for every dataset (else by size).")
     max_doc_tokens: int | None = Field(None, ge=1, description="Truncate documents; the EOD stays last.")
     dtype: Literal["uint16", "int32"] | None = Field(None, description="Override Megatron's dtype rule.")
+    split_sentences: bool = Field(False, description="Each sentence its own sequence (NLTK punkt): Megatron's "
+                                  "--split-sentences.")
+    sentence_language: str = Field("english", description="The punkt model that splits sentences: Megatron's --lang.")
+    keep_newlines: bool = Field(False, description="Keep the newlines between split sentences: Megatron's "
+                                "--keep-newlines.")
     on_error: Literal["raise", "skip"] = Field("raise", description="Bad rows: fail, or count and skip.")
     dedup: Literal["per_dataset", "across_datasets"] = Field(
         "per_dataset", description="Post-training rows repeating an earlier row's text: within each dataset, or "
@@ -206,6 +255,21 @@ class Blend(BaseModel):
             seen.add(entry.name)
         if not seen:
             raise ValueError("the blend lists no datasets")
+        return self
+
+    @model_validator(mode="after")
+    def _sentence_settings(self) -> "Blend":
+        """The sentence settings go with ``split_sentences``; Megatron's tool has no BOS or truncation to add to
+        sentences, so neither is defined for them."""
+        if not self.split_sentences:
+            stray = [name for name in ("sentence_language", "keep_newlines") if name in self.model_fields_set]
+            if stray:
+                raise ValueError(f"{' and '.join(stray)} apply to split sentences: set split_sentences: true")
+            return self
+        unsupported = [name for name in ("add_bos", "max_doc_tokens") if getattr(self, name)]
+        if unsupported:
+            raise ValueError(f"split_sentences cannot be combined with {' or '.join(unsupported)} (Megatron's "
+                             "--split-sentences has neither)")
         return self
 
     @model_validator(mode="after")

@@ -13,7 +13,9 @@ files into a staging folder (`Staged`: the files, their counts); this module doe
    changes while it runs, and a failure leaves the previous version, or nothing.
 3. **Delete the receipt.** From here on the output is "not done" for every reader (`commit`).
 4. **Commit** each file in the order the build gave (an atomic rename locally, one PUT per object on S3), after
-   deleting what an earlier build left that this one replaces or no longer writes (``Staged.delete_first``).
+   deleting what an earlier build left that this one replaces or no longer writes (``Staged.delete_first``, and
+   every file the earlier receipt lists that this build does not write: a shard of several text fields that lost
+   one, or whose names changed with ``split_sentences``).
 5. **Receipt last**, recording each committed file's size, sha256 and storage stamp.
 
 A run of shards (`ShardRun`) does the same for each of its partitions, building those that must be built at the
@@ -85,6 +87,7 @@ class Pending:
     output: Output
     rebuilt_because: str
     started: float
+    earlier_files: tuple[str, ...] = ()  # the files the output's current receipt lists, if it has one
 
 
 def check(store: Storage, output: Output, force: bool = False, log: Log = print) -> Outcome | Pending:
@@ -98,7 +101,8 @@ def check(store: Storage, output: Output, force: bool = False, log: Log = print)
         return Outcome(output.key, "up to date", current.receipt, time.monotonic() - started)
     if because:
         log(f"{output.key}: rebuilding: {because}")
-    return Pending(output, because, started)
+    earlier = tuple(current.receipt.files) if current.receipt is not None else ()
+    return Pending(output, because, started, earlier)
 
 
 def commit(store: Storage, pending: Pending, staged: Staged) -> Outcome:
@@ -106,7 +110,7 @@ def commit(store: Storage, pending: Pending, staged: Staged) -> Outcome:
     output = pending.output
     files = {name: staged.digests.get(name) or file_digest(path) for name, path in staged.files.items()}
     store.delete(receipt_path(output.prefix))
-    for name in staged.delete_first:
+    for name in (*staged.delete_first, *(n for n in pending.earlier_files if n not in staged.files)):
         store.delete(output_path(output.prefix, name))
     for name, path in staged.files.items():
         store.commit(path, output_path(output.prefix, name))

@@ -94,8 +94,13 @@ class IndexedDatasetWriter:
         self._bin_hash = hashlib.sha256()
         self.tokens = 0
 
-    def add_documents(self, flat_ids: np.ndarray, lengths: np.ndarray) -> None:
-        """Append documents: ``flat_ids`` holds them concatenated, ``lengths[i]`` tokens each."""
+    def add_documents(self, flat_ids: np.ndarray, lengths: np.ndarray, sequences: np.ndarray | None = None) -> None:
+        """Append documents: ``flat_ids`` holds them concatenated, ``lengths[i]`` tokens each. With ``sequences``
+        (documents cut into sentences), ``lengths`` are the sequences' (each > 0) and document ``i`` has
+        ``sequences[i]`` of them (0: an empty document)."""
+        if sequences is not None:
+            self._add_sequences(flat_ids, np.asarray(lengths, dtype=np.int64), np.asarray(sequences, dtype=np.int64))
+            return
         lengths = np.asarray(lengths, dtype=np.int64)
         if lengths.size and int(lengths.max()) > np.iinfo(np.int32).max:
             raise FormatError("a document has more than 2**31-1 tokens; Megatron stores lengths as int32")
@@ -108,6 +113,20 @@ class IndexedDatasetWriter:
         self._lengths.append(nonempty.astype("<i4"))
         self._doc_indices.append(self._sequences + np.cumsum(lengths > 0, dtype=np.int64))
         self._sequences += len(nonempty)
+        self.tokens += len(flat_ids)
+
+    def _add_sequences(self, flat_ids: np.ndarray, lengths: np.ndarray, sequences: np.ndarray) -> None:
+        if int(lengths.sum()) != len(flat_ids) or int(sequences.sum()) != len(lengths) or np.any(lengths <= 0):
+            raise ValueError(f"{len(flat_ids)} ids, {len(lengths)} sequence lengths summing to {int(lengths.sum())} "
+                             f"and {int(sequences.sum())} sequences in the documents do not fit together")
+        if lengths.size and int(lengths.max()) > np.iinfo(np.int32).max:
+            raise FormatError("a sequence has more than 2**31-1 tokens; Megatron stores lengths as int32")
+        data = memoryview(np.ascontiguousarray(to_token_dtype(flat_ids, self.dtype))).cast("B")
+        self._bin.write(data)
+        self._bin_hash.update(data)
+        self._lengths.append(lengths.astype("<i4"))
+        self._doc_indices.append(self._sequences + np.cumsum(sequences, dtype=np.int64))
+        self._sequences += len(lengths)
         self.tokens += len(flat_ids)
 
     @property

@@ -25,7 +25,7 @@ class SourceManifest:
     split: str
     path: str
     revision: str | None
-    text_field: str
+    text_field: str | list[str]  # several: Megatron's --json-keys (each field its own shards)
     files: list[SourceFile]
     shards: list[ShardPlan]
     max_rows: int | None = None

@@ -1,5 +1,8 @@
 """Read the documents of a row range of one file, in order, in batches.
 
+A dataset reads one text field (each document a string) or several (``ReadOptions.text_field`` a tuple, Megatron's
+``--json-keys``: each document a tuple of strings, one per field, so the fields' documents stay row for row).
+
 Each bad row either raises an ``InputError`` naming dataset, file, line (JSONL, 1-based) or row (Parquet,
 0-based) and field, or, with ``on_error="skip"``, is counted under a reason in ``ReadStats.dropped`` and
 skipped. Rows are never dropped silently. Reading is streaming: memory stays near one batch whatever the
@@ -54,7 +57,7 @@ class ReadStats:
 @dataclass(frozen=True)
 class ReadOptions:
     dataset: str
-    text_field: str = "text"
+    text_field: str | tuple[str, ...] = "text"  # several fields: each row's document is a tuple of their texts
     on_error: str = "raise"
     storage_options: dict | None = None
     batch_bytes: int = DEFAULT_BATCH_BYTES
@@ -339,26 +342,40 @@ def _texts_of_good_block(lines: list[bytes], key: str) -> list[str] | None:
 
     Parsed ``PARSE_LINES`` lines per ``map``: a C call holds the GIL to its end, and the shard's other threads
     (tokenizers, writer) need it for a moment between their own long calls."""
-    texts: list[str] = []
-    field = operator.itemgetter(key)
+    texts: list = []
+    field = _text_of(key)
     try:
         for start in range(0, len(lines), PARSE_LINES):
             texts.extend(map(field, map(orjson.loads, lines[start:start + PARSE_LINES])))
     except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):  # not JSON, no such key, not an object
         return None
-    return texts if all(type(text) is str for text in texts) else None
+    if isinstance(key, str):
+        return texts if all(type(text) is str for text in texts) else None
+    return texts if all(map(_is_text, texts)) else None
+
+
+def _text_of(key: str | tuple[str, ...]):
+    """The function that takes a parsed row's document: one field's value, or the tuple of several fields'."""
+    if isinstance(key, str):
+        return operator.itemgetter(key)
+    return lambda record: tuple(record[name] for name in key)
+
+
+def _is_text(value: object) -> bool:
+    """A document as read: a string, or a tuple of strings (several text fields)."""
+    return type(value) is str or (type(value) is tuple and all(type(text) is str for text in value))
 
 
 def _texts_line_by_line(lines: list[bytes], first_row: int, source: SourceFile, options: ReadOptions,
                         stats: ReadStats) -> list[str]:
     """The texts of the good rows of a block; every other row raises or is counted (``_refused_row``)."""
-    key, texts = options.text_field, []
+    field, texts = _text_of(options.text_field), []
     for row, line in enumerate(lines, start=first_row):
         try:
-            text = orjson.loads(line)[key]
+            text = field(orjson.loads(line))
         except (orjson.JSONDecodeError, KeyError, TypeError, IndexError):
             text = None
-        if type(text) is str:
+        if _is_text(text):
             texts.append(text)
         else:
             _refused_row(line, row, source, options, stats)
@@ -425,8 +442,8 @@ def _skip_lines(stream: BinaryIO, skip: int) -> bytes | None:
 
 
 def _refused_row(line: bytes, row: int, source: SourceFile, options: ReadOptions, stats: ReadStats) -> None:
-    """Raise, or count under its reason, a row without a string text field: parse it again to say why."""
-    key = options.text_field
+    """Raise, or count under its reason, a row without a string text field: parse it again to say why (the first
+    text field that is missing or not a string, when there are several)."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -434,11 +451,21 @@ def _refused_row(line: bytes, row: int, source: SourceFile, options: ReadOptions
         return
     if not isinstance(record, dict):
         _bad_row(options, stats, source, row, NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
-    elif key not in record:
-        _bad_row(options, stats, source, row, MISSING_FIELD, "missing", field_name=key)
-    else:
-        _bad_row(options, stats, source, row, NON_STRING_TEXT, f"expected a string, got {_json_type(record[key])}",
-                 field_name=key)
+        return
+    for key in _fields(options):
+        if key not in record:
+            _bad_row(options, stats, source, row, MISSING_FIELD, "missing", field_name=key)
+            return
+        if type(record[key]) is not str:
+            _bad_row(options, stats, source, row, NON_STRING_TEXT,
+                     f"expected a string, got {_json_type(record[key])}", field_name=key)
+            return
+
+
+def _fields(options: ReadOptions) -> tuple[str, ...]:
+    """The text fields a dataset reads, one or several."""
+    key = options.text_field
+    return (key,) if isinstance(key, str) else key
 
 
 def iter_record_batches(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
@@ -537,30 +564,32 @@ def check_parquet_text_column(source: SourceFile, options: ReadOptions) -> None:
 
 
 def _check_text_column(schema: pa.Schema, source: SourceFile, options: ReadOptions) -> None:
-    key = options.text_field
-    if key not in schema.names:
-        raise InputError(f"no such column (columns: {', '.join(schema.names)})", dataset=options.dataset,
-                         path=source.url, field=key)
-    column_type = schema.field(key).type
-    if not _is_string_type(column_type):
-        raise InputError(f"column type is {column_type}, expected string", dataset=options.dataset,
-                         path=source.url, field=key)
+    for key in _fields(options):
+        if key not in schema.names:
+            raise InputError(f"no such column (columns: {', '.join(schema.names)})", dataset=options.dataset,
+                             path=source.url, field=key)
+        column_type = schema.field(key).type
+        if not _is_string_type(column_type):
+            raise InputError(f"column type is {column_type}, expected string", dataset=options.dataset,
+                             path=source.url, field=key)
 
 
 def _parquet_group_texts(parquet: pq.ParquetFile, group: int, first: int, lo: int, hi: int, source: SourceFile,
                          options: ReadOptions, stats: ReadStats) -> Iterator[list[str]]:
     """Rows ``[lo, hi)`` of one row group (which starts at row ``first``), streamed in record batches."""
-    key = options.text_field
+    keys = _fields(options)
     row = first
-    for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=[key]):
+    for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[group], columns=list(keys)):
         start, end = max(lo, row), min(hi, row + record_batch.num_rows)
         if start < end:
-            values = record_batch.column(0).slice(start - row, end - start).to_pylist()
+            columns = [column.slice(start - row, end - start).to_pylist() for column in record_batch.columns]
+            values = columns[0] if isinstance(options.text_field, str) else list(zip(*columns))
             stats.rows += len(values)
             batch = []
             for offset, text in enumerate(values):
-                if text is None:
-                    _bad_row(options, stats, source, start + offset, NON_STRING_TEXT, "null", field_name=key,
+                if text is None or (type(text) is tuple and None in text):
+                    null = next(key for key, column in zip(keys, columns) if column[offset] is None)
+                    _bad_row(options, stats, source, start + offset, NON_STRING_TEXT, "null", field_name=null,
                              parquet=True)
                     continue
                 batch.append(text)

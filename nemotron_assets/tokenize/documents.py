@@ -6,6 +6,11 @@ same on whole batches with numpy; a text longer than ``long_documents.LONG_DOCUM
 pieces with exactly the same ids (``cuts.py`` says where it may be cut and why). ``add_bos`` (off by
 default, as in Megatron) prepends BOS to non-empty documents whose tokenization does not already start
 with it; ``max_doc_tokens`` truncates so a document has at most that many tokens with the EOD still last.
+
+With ``split_sentences`` (Megatron's ``--split-sentences``) a document is first cut into sentences
+(tokenize/sentences.py), each sentence is tokenized on its own (post-processor on, as Megatron calls the tokenizer
+once per sentence) and becomes one sequence; a sentence without ids is left out, and the EOD goes at the end of the
+document's last sequence. A document without any id stays empty.
 """
 
 import json
@@ -21,6 +26,7 @@ from nemotron_assets.tokenize.cuts import Cutter
 from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder, parse_tokenizer
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
 from nemotron_assets.tokenize.long_documents import LongDocuments, encode_texts
+from nemotron_assets.tokenize.sentences import SentenceSplitter
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,9 @@ class DocumentOptions:
     eod_token: str | None = None
     max_doc_tokens: int | None = None
     backend: str = "auto"  # auto | hf | fastokens
+    split_sentences: bool = False
+    sentence_language: str = "english"  # the punkt model (Megatron's --lang)
+    keep_newlines: bool = False
 
 
 class LoadedTokenizer:
@@ -49,6 +58,8 @@ class LoadedTokenizer:
         self.cutter = Cutter(self.reference)  # where long texts may be cut, or why not (cutter.rules.refusal)
         self.bos_already_added = bool(self.bos_id is not None and self._post_processor_adds(self.bos_id))
         self._check_truncation()
+        self.splitter = (SentenceSplitter.load(options.sentence_language, options.keep_newlines)
+                         if options.split_sentences else None)
 
     @property
     def backend(self) -> str:
@@ -100,6 +111,34 @@ class LoadedTokenizer:
         ids, lengths = encode_texts(texts, encoder or self.encoder, self.cutter, long_documents)
         return assemble_documents(ids, lengths, bos_id=None if self.bos_already_added else self.bos_id,
                                   eod_id=self.eod_id, max_doc_tokens=self.options.max_doc_tokens)
+
+
+    def sentence_documents(self, texts: Sequence[str], encoder: Encoder | None = None,
+                           long_documents: LongDocuments | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(flat ids, sequence lengths, sequences per document) of the documents cut into sentences
+        (``split_sentences``); a document with no sequence is empty."""
+        sentences = [self.splitter.split(text) for text in texts]
+        ids, lengths = encode_texts([s for document in sentences for s in document], encoder or self.encoder,
+                                    self.cutter, long_documents)
+        return assemble_sentences(ids, lengths, np.array([len(d) for d in sentences], dtype=np.int64), self.eod_id)
+
+
+def assemble_sentences(ids: np.ndarray, lengths: np.ndarray, sentences: np.ndarray, eod_id: int | None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sentences without ids dropped, the EOD after each document's last sentence: (flat ids, sequence lengths,
+    sequences per document). ``lengths``: ids per sentence; ``sentences``: sentences per document."""
+    ids = np.asarray(ids)
+    if not np.issubdtype(ids.dtype, np.integer):
+        ids = ids.astype(np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    document = np.repeat(np.arange(len(sentences)), sentences)
+    kept = lengths > 0
+    sequence_lengths, sequences = lengths[kept], np.bincount(document[kept], minlength=len(sentences))
+    if eod_id is not None and len(sequence_lengths):
+        last = np.cumsum(sequences)[sequences > 0] - 1  # each non-empty document's last sequence
+        ids = np.insert(ids, np.cumsum(sequence_lengths)[last], eod_id)
+        sequence_lengths[last] += 1
+    return ids, sequence_lengths, sequences
 
 
 def assemble_documents(ids: np.ndarray, lengths: np.ndarray, bos_id: int | None, eod_id: int | None,

@@ -217,4 +217,10 @@ def shard_metadata(outcome: Outcome, prefix_url: str) -> dict:
         "tokenizer_backend": dg.MetadataValue.text(stats["backend"]),
         "long_documents": dg.MetadataValue.json(stats.get("long_documents", {})),
         "vocab_size": dg.MetadataValue.int(stats["vocab_size"]),
+        # a list text_field: the counts above are its first field's; each field's tokens and files' prefix
+        **({"tokens_by_field": dg.MetadataValue.json({name: field["tokens"]
+                                                      for name, field in stats["fields"].items()}),
+            "field_prefixes": dg.MetadataValue.json({name: prefix_url + field["suffix"]
+                                                     for name, field in stats["fields"].items()})}
+           if "fields" in stats else {}),
     }

@@ -6,6 +6,9 @@ sample from them). Every planned shard must be up to date (core/records.py ``fre
 other settings, another tokenizer, or from other input) is always an error, because one training blend would mix
 them; a missing one is an error unless ``allow_missing``.
 
+A dataset with a list ``text_field`` has one Megatron dataset per field in each shard; the blend files list one
+field's, the dataset's ``blend_key`` (default: its first field), weighted by that field's tokens.
+
 Prefixes are absolute by default (local paths, or ``s3://`` URLs of an S3 root): Megatron-LM and Megatron-Bridge
 read them as given, relative to the trainer's working directory. ``relative_prefixes: true`` in the blend writes
 them relative to the ``pretrain/`` folder instead; the trainer must then run from that folder.
@@ -20,7 +23,7 @@ from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.records import Freshness, NotReady, State, freshness, freshness_when_ready, require_manifest
 from nemotron_assets.core.step import Output
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.pretrain.layout import pretrain_dir, shard_prefix
+from nemotron_assets.defs.pretrain.layout import field_suffixes, pretrain_dir, shard_prefix
 from nemotron_assets.defs.pretrain.shard import PretrainSettings, shard_inputs
 from nemotron_assets.formats import megatron
 from nemotron_assets.sources.manifest import SourceManifest
@@ -39,12 +42,25 @@ class BlendListing:
     splits: dict[str, list[tuple[str, float]]]  # split -> [(dataset, weight)]
     relative_prefixes: bool
     flat: bool  # a flat ``datasets:`` list: data_path.txt is one --data-path
+    listed_fields: dict[str, tuple[str, str]] = field(default_factory=dict)  # dataset -> (field, its suffix), for a
+    # list text_field: the field whose shards are listed
 
     @classmethod
     def of(cls, blend: Blend) -> "BlendListing":
         splits = {split: [(e.name, e.weight) for e in entries if e.kind == "pretrain"]
                   for split, entries in blend.splits().items()}
-        return cls(blend.name, splits, blend.relative_prefixes, blend.datasets is not None)
+        listed = {e.name: (e.listed_field, field_suffixes(e.text_fields, blend.split_sentences)[e.listed_field])
+                  for e in blend.datasets_of("pretrain") if e.text_fields is not None}
+        return cls(blend.name, splits, blend.relative_prefixes, blend.datasets is not None, listed)
+
+    def tokens(self, dataset: str, stats: dict) -> int:
+        """The tokens of the listed Megatron dataset of a shard whose receipt has ``stats``."""
+        if dataset in self.listed_fields:
+            return int(stats["fields"][self.listed_fields[dataset][0]]["tokens"])
+        return int(stats["tokens"])
+
+    def suffix(self, dataset: str) -> str:
+        return self.listed_fields[dataset][1] if dataset in self.listed_fields else ""
 
     @property
     def datasets(self) -> list[str]:
@@ -92,7 +108,7 @@ def build_blend_files(store: Storage, listing: BlendListing, settings: PretrainS
                 elif state.state is State.MISSING:
                     missing.append(str(key))
                 else:
-                    shard_tokens.append((key, int(state.receipt.stats["tokens"])))
+                    shard_tokens.append((key, listing.tokens(dataset, state.receipt.stats)))
             dataset_tokens = sum(t for _, t in shard_tokens)
             result.tokens_by_split[split] += dataset_tokens
             for key, tokens in shard_tokens:
@@ -151,9 +167,10 @@ def blend_files_freshness(store: Storage, listing: BlendListing, settings: Pretr
 
 
 def _prefix(store: Storage, listing: BlendListing, base: str, key: ShardKey) -> str:
+    suffix = listing.suffix(key.dataset)
     if listing.relative_prefixes:
-        return f"{key.dataset}/shard_{key.index:05d}"
-    return store.url(shard_prefix(base, key))
+        return f"{key.dataset}/shard_{key.index:05d}{suffix}"
+    return store.url(shard_prefix(base, key) + suffix)
 
 
 def _shown(keys: list[str]) -> str:

@@ -23,26 +23,42 @@ CHECKS = {
 
 
 def check_shard(store: Storage, prefix: str, recorded: dict | None) -> dict[str, str]:
-    """Run every check on the shard at ``prefix``; ``recorded`` is its materialization metadata (None: none)."""
+    """Run every check on the shard at ``prefix``; ``recorded`` is its materialization metadata (None: none). A
+    shard of several text fields has one ``.bin``/``.idx`` pair per field (its receipt's ``stats["fields"]``, each
+    with the suffix of its names), every pair checked; the materialization's counts are the first field's."""
     result = dict.fromkeys(CHECKS, "")
     receipt_file = stored_path(store, receipt_path(prefix))  # at its legacy place in a tree not moved yet
-    for path in (prefix + ".idx", prefix + ".bin", receipt_file):
+    receipt = read_receipt(store, prefix)
+    datasets = shard_datasets(prefix, receipt.stats if receipt is not None else {})
+    for path in [*(p for dataset, _ in datasets for p in (dataset + ".idx", dataset + ".bin")), receipt_file]:
         if not store.exists(path):
             return {check: f"{store.url(path)} does not exist" for check in result}
-    receipt = read_receipt(store, prefix)
     if receipt is None:
         return {check: f"{store.url(receipt_file)} is not a readable receipt" for check in result}
-    try:
-        index = parse_index(store.read_bytes(prefix + ".idx"), name=store.url(prefix + ".idx"))
-        check_bin_size(index, store.size(prefix + ".bin"), name=store.url(prefix + ".bin"))
-    except FormatError as exc:
-        return {check: str(exc) for check in result}
     vocab_size = int(receipt.stats["vocab_size"])
-    highest = max_token_id(store, prefix + ".bin", index)
-    if highest is not None and highest >= vocab_size:
-        result[TOKEN_IDS_BELOW_VOCAB] = f"token id {highest} >= vocab size {vocab_size}"
-    result[COUNTS_MATCH_METADATA] = _count_problem(index, receipt.stats, recorded)
+    for position, (dataset, stats) in enumerate(datasets):
+        try:
+            index = parse_index(store.read_bytes(dataset + ".idx"), name=store.url(dataset + ".idx"))
+            check_bin_size(index, store.size(dataset + ".bin"), name=store.url(dataset + ".bin"))
+        except FormatError as exc:
+            return {check: str(exc) for check in result}
+        named = "" if len(datasets) == 1 else f"{store.url(dataset)}: "
+        highest = max_token_id(store, dataset + ".bin", index)
+        if highest is not None and highest >= vocab_size and not result[TOKEN_IDS_BELOW_VOCAB]:
+            result[TOKEN_IDS_BELOW_VOCAB] = f"{named}token id {highest} >= vocab size {vocab_size}"
+        problem = _count_problem(index, stats, recorded if position == 0 else None)
+        if problem and not result[COUNTS_MATCH_METADATA]:
+            result[COUNTS_MATCH_METADATA] = named + problem
     return result
+
+
+def shard_datasets(prefix: str, stats: dict) -> list[tuple[str, dict]]:
+    """(prefix, counts) of each Megatron dataset of the shard whose receipt has ``stats``: the shard's prefix, or
+    one per text field of a list ``text_field``."""
+    fields = stats.get("fields")
+    if not fields:
+        return [(prefix, stats)]
+    return [(prefix + field["suffix"], field) for field in fields.values()]
 
 
 def max_token_id(store: Storage, relative: str, index: Index, block_bytes: int = SCAN_BYTES) -> int | None:

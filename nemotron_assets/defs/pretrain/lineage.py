@@ -13,7 +13,8 @@ from nemotron_assets.core.lineage import ShardOutputs, WandbLineage, files_artif
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.pretrain.layout import pretrain_dir, shard_prefix
 
-PRETRAIN_SHARDS = ShardOutputs("shards", "pretrain-shards", shard_prefix, (".bin", ".idx"),
+# The data files of a shard are those its receipt lists: .bin and .idx, or a pair per field of a list text_field.
+PRETRAIN_SHARDS = ShardOutputs("shards", "pretrain-shards", shard_prefix, (),
                                ("documents", "tokens", "bin_bytes", "idx_bytes", "bin_sha256", "idx_sha256"),
                                "tokens", "pretrain_shard")
 

@@ -10,7 +10,17 @@ What decides the shard's bytes (its receipt's ``inputs``, core/records.py):
   size (base + added tokens, which decides the dtype).
 - ``settings``: every blend setting that changes ids or layout: ``add_bos``, ``add_eos``, ``eod_token``,
   ``max_doc_tokens``, ``on_error``, and the dtype the shard is written in (the blend's ``dtype``, else Megatron's
-  rule on the vocabulary size), so ``dtype: int32`` on a vocabulary that is int32 anyway changes nothing.
+  rule on the vocabulary size), so ``dtype: int32`` on a vocabulary that is int32 anyway changes nothing. With
+  ``split_sentences`` only, ``sentences``: the language, ``keep_newlines``, the NLTK version and the sha256 of the
+  punkt model (tokenize/sentences.py ``punkt_identity``); without it the key is absent, so receipts written before
+  the setting existed stay up to date.
+
+A list ``text_field`` (Megatron's ``--json-keys``) is in ``source`` (the manifest's fingerprint names the fields),
+and the shard writes one ``.bin``/``.idx`` pair per field, ``shard_NNNNN_<field>_document`` (layout.py
+``field_suffixes``), all under the shard's one receipt: the fields' documents are the same rows, a row that cannot
+be read is left out of every field; the rows are read once per field, each field tokenized as one shard is. Its
+``stats`` are the first field's (rows and documents are every field's), and ``stats["fields"]`` holds each field's,
+with the ``suffix`` of its files' names.
 
 Dataset weights, the shard count of *other* datasets and the tokenizer backend (every backend is checked to give
 the reference's ids) are not inputs: changing them rebuilds nothing.
@@ -43,7 +53,7 @@ import numpy as np
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.step import Output, ShardBuild, Staged
-from nemotron_assets.defs.pretrain.layout import shard_prefix
+from nemotron_assets.defs.pretrain.layout import field_suffixes, receipt_names, shard_prefix
 from nemotron_assets.defs.sources.manifest import read_options
 from nemotron_assets.formats.megatron import DType, IndexedDatasetWriter, dtype_for_vocab
 from nemotron_assets.sources.files import is_remote
@@ -54,6 +64,7 @@ from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer
 from nemotron_assets.tokenize.encoders import first_mismatch
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer, vocab_size
 from nemotron_assets.tokenize.long_documents import LONG_DOCUMENT_CHARS, LongDocuments, check_sample
+from nemotron_assets.tokenize.sentences import punkt_identity
 
 FORMAT_VERSION = "megatron-mmidx/2"
 RECEIPT_KIND = "pretrain_shard"
@@ -70,7 +81,7 @@ class PretrainSettings:
     blend: str
     tokenizer_model: str
     tokenizer_revision: str | None
-    documents: DocumentOptions  # add_bos, add_eos, eod_token, max_doc_tokens, and the backend that encodes
+    documents: DocumentOptions  # add_bos, add_eos, eod_token, max_doc_tokens, sentences, the backend that encodes
     dtype: str | None  # the blend's override of Megatron's rule
     on_error: str
     reads: dict[str, ReadOptions]  # how each pretraining dataset's rows are read: its text field, an S3 endpoint
@@ -79,7 +90,9 @@ class PretrainSettings:
     def of(cls, blend: Blend, backend: str = "auto") -> "PretrainSettings":
         return cls(blend.name, blend.tokenizer_model, blend.tokenizer_revision,
                    DocumentOptions(add_bos=blend.add_bos, add_eos=blend.add_eos, eod_token=blend.eod_token,
-                                   max_doc_tokens=blend.max_doc_tokens, backend=backend),
+                                   max_doc_tokens=blend.max_doc_tokens, backend=backend,
+                                   split_sentences=blend.split_sentences,
+                                   sentence_language=blend.sentence_language, keep_newlines=blend.keep_newlines),
                    blend.dtype, blend.on_error,
                    {entry.name: read_options(blend, entry) for entry in blend.datasets_of("pretrain")})
 
@@ -94,18 +107,22 @@ class PretrainSettings:
     def dtype_for(self, vocabulary: int) -> DType:
         return DType[self.dtype] if self.dtype else dtype_for_vocab(vocabulary)
 
+    def field_suffixes(self, dataset: str) -> dict[str | None, str]:
+        """The Megatron datasets a shard of ``dataset`` writes, by text field (layout.py)."""
+        fields = self.reads[dataset].text_field
+        return field_suffixes(None if isinstance(fields, str) else fields, self.documents.split_sentences)
+
 
 def shard_inputs(settings: PretrainSettings, manifest: SourceManifest, index: int, tokenizer: dict) -> dict:
     """The receipt ``inputs`` of shard ``index`` of ``manifest`` built now (``tokenizer``: its identity)."""
     documents = settings.documents
-    return {
-        "format": FORMAT_VERSION,
-        "source": manifest.shard_fingerprint(index),
-        "tokenizer": tokenizer,
-        "settings": {"add_bos": documents.add_bos, "add_eos": documents.add_eos, "eod_token": documents.eod_token,
-                     "max_doc_tokens": documents.max_doc_tokens,
-                     "dtype": settings.dtype_for(tokenizer["vocab_size"]).name, "on_error": settings.on_error},
-    }
+    chosen = {"add_bos": documents.add_bos, "add_eos": documents.add_eos, "eod_token": documents.eod_token,
+              "max_doc_tokens": documents.max_doc_tokens,
+              "dtype": settings.dtype_for(tokenizer["vocab_size"]).name, "on_error": settings.on_error}
+    if documents.split_sentences:
+        chosen["sentences"] = punkt_identity(documents.sentence_language, documents.keep_newlines)
+    return {"format": FORMAT_VERSION, "source": manifest.shard_fingerprint(index), "tokenizer": tokenizer,
+            "settings": chosen}
 
 
 def shard_output(settings: PretrainSettings, manifest: SourceManifest, key: ShardKey, base: str,
@@ -132,33 +149,49 @@ def shard_build(settings: PretrainSettings, manifest: SourceManifest, key: Shard
                 f"{tokens:,} tokens, {rate / 1e6:.2f} M tokens/s, ETA {eta:.0f} s")
 
         tokenizer_now = loaded()
+        suffixes = settings.field_suffixes(key.dataset)
 
-        def tokenize() -> tuple:
+        def tokenize(position: int | None, suffix: str) -> tuple:
+            """One Megatron dataset: the shard's documents, or one field's (``position`` in the rows' tuples)."""
             rows = ReadStats()
             batches = prefetch(iter_shard_texts(manifest, key.index, settings.reads[key.dataset], rows))
-            stats = build_shard(batches, tokenizer_now, settings.dtype_for(tokenizer["vocab_size"]), folder / "shard",
-                                progress=progress, log=log, threads=cores)
+            if position is not None:
+                batches = ([document[position] for document in batch] for batch in batches)
+            stats = build_shard(batches, tokenizer_now, settings.dtype_for(tokenizer["vocab_size"]),
+                                folder / f"shard{suffix}", progress=progress, log=log, threads=cores)
             stats.rows = rows.rows
             return stats, rows
 
+        def tokenize_all() -> dict[str | None, tuple]:
+            return {name: tokenize(None if name is None else position, suffix)
+                    for position, (name, suffix) in enumerate(suffixes.items())}
+
         try:
-            stats, rows = tokenize()
+            built = tokenize_all()
         except BackendMismatch as exc:  # a fast backend disagreed with the reference on real data
             if tokenizer_now.encoder is tokenizer_now.hf:
                 raise
             log(f"{key}: {exc}; rebuilding with hf-tokenizers")
             tokenizer_now.use_reference(str(exc))
-            stats, rows = tokenize()
+            built = tokenize_all()
+        stats, rows = next(iter(built.values()))  # every field read the same rows
         if rows.dropped:
             log(f"{key}: skipped {sum(rows.dropped.values()):,} bad row(s) "
                 f"({', '.join(f'{k}: {v:,}' for k, v in sorted(rows.dropped.items()))}); first: {rows.examples[0]}")
+        files, digests = {}, {}
+        for name, suffix in suffixes.items():
+            field_stats = built[name][0]
+            bin_name, idx_name = receipt_names(key, suffix)
+            files[bin_name], files[idx_name] = folder / f"shard{suffix}.bin", folder / f"shard{suffix}.idx"
+            digests[bin_name] = {"bytes": field_stats.bin_bytes, "sha256": field_stats.bin_sha256}
+            digests[idx_name] = {"bytes": field_stats.idx_bytes, "sha256": field_stats.idx_sha256}
+        by_field = {} if None in built else {"fields": {name: {**s.as_dict(), "suffix": suffixes[name]}
+                                                        for name, (s, _) in built.items()}}
         return Staged(
-            files={".bin": folder / "shard.bin", ".idx": folder / "shard.idx"},
-            digests={".bin": {"bytes": stats.bin_bytes, "sha256": stats.bin_sha256},
-                     ".idx": {"bytes": stats.idx_bytes, "sha256": stats.idx_sha256}},
+            files=files, digests=digests,
             stats={**stats.as_dict(), "vocab_size": tokenizer_now.vocab_size, "dropped": dict(rows.dropped),
-                   "dropped_examples": list(rows.examples)},
-            delete_first=(".idx",))  # never a new .bin beside an old .idx
+                   "dropped_examples": list(rows.examples), **by_field},
+            delete_first=tuple(name for name in files if name.endswith(".idx")))  # never a new .bin beside an old .idx
 
     local = not any(is_remote(manifest.files[r.file_index].url) for r in manifest.shards[key.index].ranges)
     return ShardBuild(shard_output(settings, manifest, key, base, tokenizer), build, forkable=local)
@@ -233,8 +266,8 @@ def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype:
     stats = ShardStats(dtype=dtype.name, backend=tokenizer.backend)
     log = log or logging.getLogger(__name__).warning
     writer = IndexedDatasetWriter(prefix, dtype)
-    appending = InOrderThread(lambda piece: writer.add_documents(piece.ids, piece.lengths), depth=1,
-                              name="shard_writer")
+    appending = InOrderThread(lambda piece: writer.add_documents(piece.ids, piece.sequence_lengths, piece.sequences),
+                              depth=1, name="shard_writer")
     started = last_report = time.monotonic()
     try:
         for batch in map_in_threads(partial(_tokenize_piece, tokenizer), _pieces(batches, threads), threads):
@@ -272,6 +305,12 @@ class _TokenizedPiece:
     ids: np.ndarray  # the finished documents, concatenated
     lengths: np.ndarray  # tokens per document, 0 for an empty one
     long_documents: LongDocuments  # this piece's own tally: pieces are tokenized concurrently
+    sequences: np.ndarray | None = None  # split sentences: sequences per document (else one per non-empty document)
+    sequence_lengths: np.ndarray | None = None  # ... and tokens per sequence
+
+    def __post_init__(self) -> None:
+        if self.sequence_lengths is None:
+            self.sequence_lengths = self.lengths
 
 
 def _pieces(batches: Iterable[list[str]], count: int) -> Iterator[tuple[list[str], bool]]:
@@ -288,10 +327,17 @@ def _tokenize_piece(tokenizer: LoadedTokenizer, piece: tuple[list[str], bool]) -
     made them."""
     texts, first = piece
     tally = LongDocuments()
-    ids, lengths = tokenizer.documents(texts, long_documents=tally)
+    if tokenizer.splitter is None:
+        ids, lengths = tokenizer.documents(texts, long_documents=tally)
+        tokenized = _TokenizedPiece(len(texts), ids, lengths, tally)
+    else:
+        ids, sequence_lengths, sequences = tokenizer.sentence_documents(texts, long_documents=tally)
+        document = np.repeat(np.arange(len(sequences)), sequences)
+        lengths = np.bincount(document, weights=sequence_lengths, minlength=len(sequences)).astype(np.int64)
+        tokenized = _TokenizedPiece(len(texts), ids, lengths, tally, sequences, sequence_lengths)
     if first and tokenizer.encoder is not tokenizer.hf:
         _cross_check(tokenizer, texts)
-    return _TokenizedPiece(len(texts), ids, lengths, tally)
+    return tokenized
 
 
 def _cross_check(tokenizer: LoadedTokenizer, texts: list[str]) -> None:

@@ -17,7 +17,16 @@ from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey, base_dir
 from nemotron_assets.core.partitions import Scope
 from nemotron_assets.core.pipeline import StatusRequest
-from nemotron_assets.core.records import Freshness, NotReady, Receipt, State, freshness, receipt_path, stored_path
+from nemotron_assets.core.records import (
+    Freshness,
+    NotReady,
+    Receipt,
+    State,
+    freshness,
+    output_path,
+    receipt_path,
+    stored_path,
+)
 from nemotron_assets.core.run_history import partition_history
 from nemotron_assets.core.status import (
     RECORDED,
@@ -33,7 +42,7 @@ from nemotron_assets.core.status import (
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.pretrain.blend_files import BlendListing, blend_files_freshness, build_blend_files
 from nemotron_assets.defs.pretrain.checks import check_shard
-from nemotron_assets.defs.pretrain.layout import pretrain_dir, shard_prefix
+from nemotron_assets.defs.pretrain.layout import pretrain_dir, receipt_names, shard_prefix
 from nemotron_assets.defs.pretrain.shard import PretrainSettings, shard_inputs
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.manifest import SourceManifest
@@ -115,25 +124,29 @@ def verify_shard_files(store: Storage, blend: str, settings: PretrainSettings, m
     """Every problem of one planned shard of the full build; its files are read in full."""
     key = ShardKey(manifest.dataset, index)
     prefix = shard_prefix(blend, key)
-    files = {".bin": f"{prefix}.bin", ".idx": f"{prefix}.idx",
-             ".json": stored_path(store, receipt_path(prefix))}  # the receipt: at its legacy place until moved
-    url = {ext: store.url(path) for ext, path in files.items()}
-    absent = [ext for ext in (".idx", ".bin", ".json") if not store.exists(files[ext])]
+    # each Megatron dataset's .idx and .bin (one per field of a list text_field; the first one's names are the
+    # ones the materialization's sha256 values are about), then the receipt, at its legacy place until moved
+    names = [name for suffix in settings.field_suffixes(manifest.dataset).values()
+             for name in reversed(receipt_names(key, suffix))]
+    first_idx, first_bin = names[0], names[1]
+    files = {**{name: output_path(prefix, name) for name in names}, ".json": stored_path(store, receipt_path(prefix))}
+    url = {name: store.url(path) for name, path in files.items()}
+    absent = [name for name in files if not store.exists(files[name])]
     if len(absent) == len(url):  # never built: one line, with what to run
-        return [Problem(url[".bin"], f"does not exist (nor its .idx and receipt): materialize "
-                                     f"{blend}/pretrain_shard partition {key}")]
+        return [Problem(url[first_bin], f"does not exist (nor its .idx and receipt): materialize "
+                                        f"{blend}/pretrain_shard partition {key}")]
     if absent:
-        return [Problem(url[ext], "does not exist") for ext in absent]
+        return [Problem(url[name], "does not exist") for name in absent]
     state = shard_freshness(store, settings, blend, manifest, index, tokenizer, read_content=True)
     problems = []
     if state.state is State.MISSING:
         return [Problem(url[".json"], f"{state.reason}: re-materialize {key}")]
     if state.state is State.STALE:
-        changed = next((ext for ext in (".bin", ".idx") if f"its {ext} file" in state.reason), ".json")
+        changed = next((name for name in names if f"its {name} file" in state.reason), ".json")
         problems.append(Problem(url[changed], f"stale: {state.reason}: re-materialize {key}"))
     reported = set()
-    blamed = {"bin_idx_consistent": url[".idx"], "token_ids_below_vocab": url[".bin"],
-              "counts_match_metadata": url[".idx"]}
+    blamed = {"bin_idx_consistent": url[first_idx], "token_ids_below_vocab": url[first_bin],
+              "counts_match_metadata": url[first_idx]}
     for check, issue in check_shard(store, prefix, recorded).items():
         if issue and issue not in reported:  # a format error fails all three checks with one message
             reported.add(issue)
@@ -142,12 +155,12 @@ def verify_shard_files(store: Storage, blend: str, settings: PretrainSettings, m
         problems.append(Problem(url[".json"], f"no materialization of {key} is recorded in the Dagster instance "
                                               "(the UI does not show it built): run materialize again to record it"))
         return problems
-    for ext in (".bin", ".idx"):
+    for ext, name in ((".bin", first_bin), (".idx", first_idx)):
         expected = recorded.get(f"{ext[1:]}_sha256")
-        actual = state.receipt.files[ext]["sha256"]
+        actual = state.receipt.files[name]["sha256"]
         if expected is not None and expected != actual:
-            problems.append(Problem(url[ext], f"sha256 {actual} of the receipt differs from the "
-                                              f"materialization's {expected}"))
+            problems.append(Problem(url[name], f"sha256 {actual} of the receipt differs from the "
+                                               f"materialization's {expected}"))
     return problems
 
 
@@ -163,10 +176,11 @@ def verify_blend_files(store: Storage, blend: Blend, settings: PretrainSettings,
         prefixes = [p for items in listed.values() if items for p in items[1::2]]
     except (ValueError, AttributeError, TypeError) as exc:
         return [Problem(store.url(blend_json), f"not a Megatron-Bridge blend ({exc})")]
+    listing = BlendListing.of(blend)
     planned = {}
     for manifest, index in planned_shards(plans):
-        key = ShardKey(manifest.dataset, index)
-        planned[str(key)] = planned[store.url(shard_prefix(blend.name, key))] = (manifest, index)
+        key, suffix = ShardKey(manifest.dataset, index), listing.suffix(manifest.dataset)
+        planned[f"{key}{suffix}"] = planned[store.url(shard_prefix(blend.name, key) + suffix)] = (manifest, index)
     problems = []
     for prefix in prefixes:
         if prefix not in planned:
@@ -177,13 +191,13 @@ def verify_blend_files(store: Storage, blend: Blend, settings: PretrainSettings,
         if not state.done:
             problems.append(Problem(store.url(blend_json), f"lists {prefix}, which is {state.state.value}: "
                                                            f"{state.reason}"))
-        elif int(state.receipt.stats["tokens"]) == 0:
+        elif listing.tokens(manifest.dataset, state.receipt.stats) == 0:
             problems.append(Problem(store.url(blend_json), f"lists {prefix}, which is empty"))
     manifests = {name: m for name, m in plans.items() if isinstance(m, SourceManifest)}
     if problems or len(manifests) < len(plans):
         return problems
     try:
-        expected = build_blend_files(store, BlendListing.of(blend), settings, manifests, tokenizer, blend.name,
+        expected = build_blend_files(store, listing, settings, manifests, tokenizer, blend.name,
                                      allow_missing=True).outputs
     except (ValueError, NotReady) as exc:  # no non-empty shard at all, or stale shards (reported per shard)
         return [Problem(store.url(blend_json), str(exc))]

@@ -32,7 +32,7 @@ from nemotron_assets.sources.readers import ReadOptions, check_parquet_text_colu
 
 def read_options(blend: Blend, entry: DatasetEntry) -> ReadOptions:
     """How every step reads a dataset's rows: its text field, the blend's ``on_error``, an S3 endpoint."""
-    return ReadOptions(dataset=entry.name, text_field=entry.text_field, on_error=blend.on_error,
+    return ReadOptions(dataset=entry.name, text_field=entry.text_fields or entry.text_field, on_error=blend.on_error,
                        storage_options=storage_options_for(entry))
 
 

@@ -1,6 +1,7 @@
 """Blend-level checks that need no data: run before any file is read or hashed.
 
-A tokenizer path that does not exist, or a Parquet file without the text column, would otherwise surface only
+A tokenizer path that does not exist, a ``sentence_language`` without punkt data, or a Parquet file without the
+text column, would otherwise surface only
 after ``source_split`` had read and hashed a whole dataset. ``check_before_reading`` finds them from file listings
 and Parquet footers alone, so the CLI can refuse the blend at once (exit status 2, like other blend errors).
 ``hf://`` sources are resolved by ``source_split`` itself (resolving them means downloading), so they are not
@@ -15,6 +16,7 @@ from nemotron_assets.sources.discovery import resolve_files
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.readers import check_parquet_text_column
 from nemotron_assets.tokenize.loading import locate_tokenizer
+from nemotron_assets.tokenize.sentences import punkt_model_dir
 
 
 def check_before_reading(blend: Blend, blend_file: Path, datasets: list[str] | None = None) -> None:
@@ -27,6 +29,11 @@ def check_before_reading(blend: Blend, blend_file: Path, datasets: list[str] | N
             raise InputError(f"{exc.reason}: {blend.tokenizer_model!r}"
                              + (f" ({exc.path})" if exc.path and exc.path != blend.tokenizer_model else ""),
                              path=str(blend_file), field="tokenizer_model") from None
+        if blend.split_sentences:
+            try:
+                punkt_model_dir(blend.sentence_language)
+            except InputError as exc:
+                raise InputError(exc.reason, path=str(blend_file), field=exc.field) from None
     for entry in entries:
         if entry.path.startswith("hf://"):
             continue
