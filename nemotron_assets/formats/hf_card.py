@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import yaml
 
+from nemotron_assets.sources.errors import InputError
+
 
 @dataclass(frozen=True)
 class SplitFiles:
@@ -84,8 +86,12 @@ def _dataset_info(config: CardConfig) -> dict:
 def _features_yaml(schema: pa.Schema) -> list:
     """The features of ``schema`` as ``datasets`` writes them in a card (its DatasetInfosDict, the form
     ``push_to_hub`` writes)."""
-    from datasets import DatasetInfo, Features
-    from datasets.info import DatasetInfosDict
+    try:
+        from datasets import DatasetInfo, Features
+        from datasets.info import DatasetInfosDict
+    except ImportError:
+        raise InputError("the dataset card's features are written by Hugging Face datasets: install the export "
+                         "extra (pip install 'nemotron_assets[export]')") from None
     from huggingface_hub import DatasetCardData
 
     card_data = DatasetCardData()
