@@ -135,3 +135,29 @@ def _assert_same_files(local: dict[str, bytes], remote: dict[str, bytes]) -> Non
 
 def _is_receipt(data: bytes) -> bool:
     return data.startswith(b"{") and b'"receipt_version"' in data
+
+
+def test_copy_from_places_a_stored_file_as_it_is_hard_link_server_side_or_bytes(s3_env, tmp_path, monkeypatch):
+    from nemotron_assets.core.storage import StoredFile
+
+    local, elsewhere = Storage(str(tmp_path / "data")), Storage(str(tmp_path / "export"))
+    local.write_bytes("pools/p/part-00000.parquet", b"PAR1 rows PAR1")
+    elsewhere.copy_from(StoredFile(local, "pools/p/part-00000.parquet"), "pools/p/part-00000.parquet")
+    linked = tmp_path / "export" / "pools" / "p" / "part-00000.parquet"
+    assert linked.stat().st_ino == (tmp_path / "data" / "pools" / "p" / "part-00000.parquet").stat().st_ino
+    assert not list((tmp_path / "export" / ".staging").iterdir())
+
+    source, target = Storage("s3://data/copy", endpoint_url=s3_env), Storage("s3://raw/export", endpoint_url=s3_env)
+    target.copy_from(StoredFile(local, "pools/p/part-00000.parquet"), "up.parquet")  # local -> S3: one upload
+    source.write_bytes("a.parquet", b"\x00" * 1000)
+
+    def no_bytes_through_this_process(*args, **kwargs):
+        raise AssertionError("a copy between two S3 places must not read the object here")
+
+    with monkeypatch.context() as patched:
+        for name in ("cat_file", "open", "get_file", "put_file"):
+            patched.setattr(source.fs, name, no_bytes_through_this_process)
+        target.copy_from(StoredFile(source, "a.parquet"), "b/a.parquet")  # S3 -> S3: server-side
+    assert target.read_bytes("b/a.parquet") == b"\x00" * 1000 and target.read_bytes("up.parquet") == b"PAR1 rows PAR1"
+    elsewhere.copy_from(StoredFile(source, "a.parquet"), "from_s3.parquet")  # S3 -> local: bytes
+    assert (tmp_path / "export" / "from_s3.parquet").read_bytes() == b"\x00" * 1000
