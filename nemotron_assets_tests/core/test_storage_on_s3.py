@@ -3,6 +3,10 @@ layer's atomic commits, s3:// sources, and the whole pretraining graph written t
 
 import gzip
 import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -161,3 +165,20 @@ def test_copy_from_places_a_stored_file_as_it_is_hard_link_server_side_or_bytes(
     assert target.read_bytes("b/a.parquet") == b"\x00" * 1000 and target.read_bytes("up.parquet") == b"PAR1 rows PAR1"
     elsewhere.copy_from(StoredFile(source, "a.parquet"), "from_s3.parquet")  # S3 -> local: bytes
     assert (tmp_path / "export" / "from_s3.parquet").read_bytes() == b"\x00" * 1000
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs a second local file system (/dev/shm)")
+def test_copy_from_another_local_file_system_copies_the_bytes(tmp_path):
+    from nemotron_assets.core.storage import StoredFile
+
+    other = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        if os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+            pytest.skip("/dev/shm is on the same file system here")
+        source, target = Storage(str(tmp_path)), Storage(str(other))
+        source.write_bytes("a.parquet", b"PAR1 rows PAR1")
+        target.copy_from(StoredFile(source, "a.parquet"), "pools/a.parquet")
+        assert (other / "pools" / "a.parquet").read_bytes() == b"PAR1 rows PAR1"
+        assert (other / "pools" / "a.parquet").stat().st_ino != (tmp_path / "a.parquet").stat().st_ino
+    finally:
+        shutil.rmtree(other)
