@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from nemotron_assets.cli import UsageError, storage
-from nemotron_assets.cli.interrupts import EXIT_STATUS, Interrupts
+from nemotron_assets.cli.interrupts import EXIT_STATUS, Interrupted, Interrupts
 from nemotron_assets.cli.materialize import console_level, report
 from nemotron_assets.core import settings
 from nemotron_assets.core.blend import load_blend_folder
@@ -48,21 +48,38 @@ def export(args: argparse.Namespace) -> int:
                   "loggers": {"compact_console": {"config": {"log_level": console_level(args)}}}}
     tags = {LAUNCHED_BY_TAG: "cli", SAMPLE_TAG: "full", PROCESS_TAG: owner_token()}
     with Interrupts() as interrupts:
-        outcome = execute_assets(origin, repo, instance, [asset_key], None, run_config, tags).for_asset("hf_export")
-        report(outcome)
-        if interrupts.signalled:
+        try:
+            outcome = execute_assets(origin, repo, instance, [asset_key], None, run_config, tags)
+            report(outcome.for_asset("hf_export"))
+            interrupts.check()
+            if not outcome.success:
+                print(f"FAILED in {time.monotonic() - started:.1f} s\n\nerror in run {outcome.run_id} "
+                      "(hf_export):\n" + "\n".join(f"  {line}" for line in outcome.error.splitlines()),
+                      file=sys.stderr)
+                return 1
+            print(f"exported {blend.name} to {folder.root}", file=sys.stderr)
+            if args.push and not push(folder.root, args.push, args.public, blend.name):
+                return 1
+        except (KeyboardInterrupt, Interrupted):
+            print(f"interrupted by {interrupts.signalled or 'SIGINT'}: run the same command again to go on (the "
+                  "folder is rebuilt only where it is not up to date; a push uploads only what the Hub lacks)",
+                  file=sys.stderr)
             return EXIT_STATUS
-    if not outcome.success:
-        print(f"FAILED in {time.monotonic() - started:.1f} s\n\nerror in run {outcome.run_id} (hf_export):\n"
-              + "\n".join(f"  {line}" for line in outcome.error.splitlines()), file=sys.stderr)
-        return 1
-    print(f"exported {blend.name} to {folder.root}", file=sys.stderr)
-    if args.push:
-        from nemotron_assets.defs.export.push import push_folder
-
-        pushed = push_folder(Path(folder.root), args.push, public=args.public,
-                             message=f"Export of blend {blend.name}")
-        print(f"pushed to {pushed.repo_url} ({'private' if pushed.private else 'public'}), commit {pushed.commit}",
-              file=sys.stderr)
     print(f"done in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def push(folder: str, repo_id: str, public: bool, blend: str) -> bool:
+    """Push the folder; False (the Hub's answer printed) when the Hub refused."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from nemotron_assets.defs.export.push import push_folder
+
+    try:
+        pushed = push_folder(Path(folder), repo_id, public=public, message=f"Export of blend {blend}")
+    except (HfHubHTTPError, ValueError) as exc:  # ValueError: the Hub refused the card's metadata
+        print(f"error: pushing {folder} to {repo_id} failed: {exc}", file=sys.stderr)
+        return False
+    print(f"pushed to {pushed.repo_url} ({'private' if pushed.private else 'public'}), commit {pushed.commit}",
+          file=sys.stderr)
+    return True
