@@ -169,3 +169,32 @@ def test_an_export_of_outputs_not_built_names_what_to_materialize(built, tmp_pat
     assert failed.returncode == 1
     assert "source_split partition 'math_rl' first" in failed.stderr
     assert not (tmp_path / "hf").exists()
+
+
+def test_an_export_that_fails_midway_has_no_card_nor_receipt_and_the_next_one_completes_it(built, tmp_path,
+                                                                                             monkeypatch):
+    from nemotron_assets.core.blend import load_blend_folder
+    from nemotron_assets.core.records import read_receipt
+    from nemotron_assets.core.storage import Storage
+    from nemotron_assets.defs.export.step import CARD_PREFIX, materialize_export
+
+    _, blend = load_blend_folder(built.blends).find("posttrain_sample")
+    store, folder = Storage(str(built.root)), tmp_path / "hf"
+    placed = []
+    original = Storage.copy_from
+
+    def fail_after_three(self, source, relative):
+        if len(placed) == 3:
+            raise OSError(28, "No space left on device")
+        placed.append(relative)
+        original(self, source, relative)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Storage, "copy_from", fail_after_three)
+        with pytest.raises(OSError, match="No space left"):
+            materialize_export(store, blend, str(folder), log=lambda line: None)
+    assert not (folder / "README.md").exists() and read_receipt(Storage(str(folder)), CARD_PREFIX) is None
+    assert len([p for p in (folder / "pools").rglob("*.parquet")]) == 3
+    exported = materialize_export(store, blend, str(folder), log=lambda line: None)
+    assert exported.outcome.status == "built" and (folder / "README.md").exists()
+    assert len([p for p in folder.rglob("*.parquet")]) == 14
