@@ -182,3 +182,33 @@ def test_copy_from_another_local_file_system_copies_the_bytes(tmp_path):
         assert (other / "pools" / "a.parquet").stat().st_ino != (tmp_path / "a.parquet").stat().st_ino
     finally:
         shutil.rmtree(other)
+
+
+def test_the_rl_sample_on_s3_exports_by_server_side_copies_and_loads_from_a_local_export(s3_env, tmp_path):
+    import datasets
+    import yaml
+
+    from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
+
+    with dg.instance_for_test() as instance:
+        pipeline = Pipeline(SAMPLE, "s3://data/exported", instance)
+        pipeline.resources["storage"] = pipeline.resources["storage"].model_copy(update={"endpoint_url": s3_env})
+        pipeline.all()
+        pipeline.run(pipeline.assets.hf_export)  # the default folder: s3://data/exported/rl_sample/hf
+        local = tmp_path / "hf"
+        dg.materialize(pipeline.definitions, selection=[pipeline.assets.hf_export.key], instance=instance,
+                       resources=pipeline.resources,
+                       run_config={"ops": {"rl_sample__hf_export": {"config": {"hf_dir": str(local)}}}})
+    fs = _fs(s3_env)
+    on_s3 = "data/exported/rl_sample/hf"
+    listed = sorted(p.removeprefix(on_s3 + "/") for p in fs.find(on_s3) if "/." not in p)
+    assert listed == sorted(str(p.relative_to(local)) for p in local.rglob("*")
+                            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(local).parts))
+    for name in listed:  # the same bytes as the committed file, on S3 and downloaded
+        source = f"data/exported/rl_sample/{name}"
+        committed = (local / name).read_bytes() if name == "README.md" else fs.cat_file(source)
+        assert fs.cat_file(f"{on_s3}/{name}") == committed == (local / name).read_bytes()
+    header = yaml.safe_load((local / "README.md").read_text().split("---\n")[1])
+    rows = datasets.load_dataset(str(local), "jsonl_math_rl", cache_dir=str(tmp_path / "cache"))
+    assert {split: len(r) for split, r in rows.items()} == {"train": 10, "validation": 4, "test": 3}
+    assert header["configs"][0]["config_name"] == "jsonl_math_rl"
