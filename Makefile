@@ -18,7 +18,7 @@ FIND_LINKS := $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]
 # files (pip writes them), so without it each new process compiles them again (~2 s a CLI start, bench/README.md).
 setup: $(BIN)/python
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
-		$(if $(FIND_LINKS),--find-links $(FIND_LINKS)) -e '.[test,cluster,lineage,scoring,sentences]'
+		$(if $(FIND_LINKS),--find-links $(FIND_LINKS)) -e '.[test,cluster,lineage,scoring,sentences,export]'
 	$(BIN)/python -m compileall -q nemotron_assets nemotron_assets_tests
 
 # Quick start 1: set up, then materialize the bundled sample blends (pretraining text, post-training rows, JSONL for

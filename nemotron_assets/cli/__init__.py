@@ -6,6 +6,7 @@
                       [--dagster-logs] [--json]
     status [BLEND] [--json]
     verify BLEND
+    export BLEND [--hf DIR] [--push REPO_ID] [--public] [--force]
 
 ``materialize`` builds a whole blend, or the selected assets / one partition of it, as real Dagster runs in
 the instance of ``DAGSTER_HOME`` (default: this checkout's ``dagster_home/``): each pipeline's steps in order (the
@@ -16,10 +17,11 @@ materialize`` commands make, with the same run config unless an option here sets
 assets, never touching the full build. With ``NEMOTRON_DEPLOYMENT=cluster`` the runs are launched through the
 instance's run launcher (Ray) instead of executed here. ``status`` shows per dataset the shards planned / done /
 stale / failed / missing, tokens and rows, and every other output; ``verify`` re-checks every output's files and
-checksums, printing one line per problem (file: why). Exit status: 0 success, 1 a run failed or verify found
-problems, 2 a bad blend or command line. ``materialize --json`` prints one JSON document on stdout, whatever the
-exit status: what the runs made, per asset, in the words of ``status --json`` (cli/result.py); every log line goes
-to stderr.
+checksums, printing one line per problem (file: why). ``materialize --json`` prints one JSON document on stdout,
+whatever the exit status: what the runs made, per asset, in the words of ``status --json`` (cli/result.py); every
+log line goes to stderr. ``export`` writes the blend's pools, packed SFT and JSONL as a folder
+``datasets.load_dataset(DIR, config)`` reads, with a dataset card, and pushes it with ``--push``. Exit status: 0
+success, 1 a run failed or verify found problems, 2 a bad blend or command line.
 """
 
 import argparse
@@ -76,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             from nemotron_assets.cli.materialize import materialize
 
             return materialize(args)
+        if args.command == "export":
+            from nemotron_assets.cli.export import export
+
+            return export(args)
         return show_status(args) if args.command == "status" else verify(args)
     except (InputError, UsageError, UnknownBlend, DeploymentError, InstanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -124,6 +130,16 @@ def _parser() -> argparse.ArgumentParser:
     stat.add_argument("--json", action="store_true", help="machine-readable output")
     ver = commands.add_parser("verify", help="re-check every output's files and checksums")
     ver.add_argument("blend", help="blend name (file stem in the blends folder)")
+    exp = commands.add_parser("export", help="the blend's pools, packed SFT and JSONL as a Hugging Face dataset folder")
+    exp.add_argument("blend", help="blend name (file stem in the blends folder)")
+    exp.add_argument("--hf", default=None, metavar="DIR",
+                     help="the folder to write (default <root>/<blend>/hf); if it exists it must be an export of "
+                          "this blend")
+    exp.add_argument("--push", default=None, metavar="REPO_ID", help="then create the Hub dataset repo and upload")
+    exp.add_argument("--public", action="store_true", help="with --push: a public repo (default private)")
+    exp.add_argument("--force", action="store_true", help="write the folder again even when it is up to date")
+    exp.add_argument("--log-level", default=None, help="console log level (default INFO)")
+    exp.add_argument("--dagster-logs", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 

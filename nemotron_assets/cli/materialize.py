@@ -150,12 +150,17 @@ def build(args: argparse.Namespace, request: Request, instance: dg.DagsterInstan
 def selection(select: str | None, partition: str | None, blend: Blend) -> list[str]:
     """The assets to build, in build order: ``--select``'s, else every asset (with ``--partition``: the source split
     and the shards of that dataset)."""
-    steps = [step.asset for pipeline in PIPELINES for step in pipeline.steps]
+    steps = [step.asset for pipeline in PIPELINES for step in pipeline.steps if not step.built_by]
+    elsewhere = {step.asset: step.built_by for pipeline in PIPELINES for step in pipeline.steps if step.built_by}
     if select is None:
         if partition:
             return [name for pipeline in PIPELINES for name in pipeline.partition_steps]
         return steps
     chosen = [s.strip().split("/")[-1] for s in select.split(",") if s.strip()]
+    for name in chosen:
+        if name in elsewhere:
+            raise UsageError(f"{name} is built by `python -m nemotron_assets {elsewhere[name]} {blend.name} ...`, "
+                             "never by materialize")
     unknown = [s for s in chosen if s not in steps]
     if unknown:
         raise UsageError(f"unknown asset(s) {', '.join(unknown)}; choose from {', '.join(steps)}")

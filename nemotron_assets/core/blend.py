@@ -88,6 +88,8 @@ class DatasetEntry(BaseModel):
     transform: str | dict | None = Field(None, description="JSONL for RL/SFT: nemotron_rl, openai_chat, sharegpt, "
                                          "passthrough, or {name: sft|select|rename, ...} (formats/transforms.py).")
     compression: Literal["zstd"] | None = Field(None, description="JSONL output compression (with transform).")
+    license: str | None = Field(None, description="License of this dataset's rows that carry no `license` field of "
+                                "their own, as `export --hf` lists it in the dataset card (else `other`).")
 
     @field_validator("transform")
     @classmethod

@@ -81,7 +81,9 @@ class Step:
     requests this step (core/automation.py), asking ``not_done(target)`` for the full build's keys that are missing,
     stale or failed (``[None]``: an unpartitioned asset that is not up to date). ``applies(blend)``: whether the
     blend builds this asset at all (a candidate pool only when the blend asks for one); the pipeline's ``assets``
-    leave out the ones it does not. ``asked_by``: what in a blend asks for it, for the message that refuses it."""
+    leave out the ones it does not. ``asked_by``: what in a blend asks for it, for the message that refuses it.
+    ``built_by``: the one command that builds this asset (``export``), when ``materialize`` never does: it is
+    left out of ``materialize``'s selection, refused by ``--select``, and no sensor or schedule requests it."""
 
     asset: str
     keys: Callable[[Target], list[str] | None] = lambda target: None
@@ -94,6 +96,7 @@ class Step:
     not_done: Callable[[Target], list[str | None]] = lambda target: []
     applies: Callable[[Blend], bool] = lambda blend: True
     asked_by: str = ""
+    built_by: str = ""
 
 
 @dataclass(frozen=True)

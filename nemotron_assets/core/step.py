@@ -40,7 +40,7 @@ from nemotron_assets.core.records import (
     stored_path,
     write_receipt,
 )
-from nemotron_assets.core.storage import Storage, locate_os_errors
+from nemotron_assets.core.storage import Storage, StoredFile, locate_os_errors
 from nemotron_assets.core.upgrade import upgrade
 from nemotron_assets.core.workers import ForkedCalls, Report, build_processes, usable_cores
 
@@ -67,6 +67,9 @@ class Staged:
     stats: dict
     digests: dict[str, dict] = field(default_factory=dict)  # name -> {"bytes", "sha256"}, when the build has them
     delete_first: tuple[str, ...] = ()  # files of an earlier build to delete before the commit (names as above)
+    #: files published as they are stored elsewhere, never staged: name -> the stored file (``Storage.copy_from``:
+    #: a hard link, a server-side copy or a byte copy), committed before ``files``; their digests are in ``digests``
+    copies: dict[str, StoredFile] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,10 +111,14 @@ def check(store: Storage, output: Output, force: bool = False, log: Log = print)
 def commit(store: Storage, pending: Pending, staged: Staged) -> Outcome:
     """Steps 3 to 5: publish what the build staged, then the receipt that makes the output done."""
     output = pending.output
-    files = {name: staged.digests.get(name) or file_digest(path) for name, path in staged.files.items()}
+    files = {name: staged.digests[name] for name in staged.copies}
+    files.update({name: staged.digests.get(name) or file_digest(path) for name, path in staged.files.items()})
+    left_behind = [name for name in pending.earlier_files if name not in files]  # the earlier build wrote them
     store.delete(receipt_path(output.prefix))
-    for name in (*staged.delete_first, *(n for n in pending.earlier_files if n not in staged.files)):
+    for name in (*staged.delete_first, *left_behind):
         store.delete(output_path(output.prefix, name))
+    for name, source in staged.copies.items():
+        store.copy_from(source, output_path(output.prefix, name))
     for name, path in staged.files.items():
         store.commit(path, output_path(output.prefix, name))
     receipt = write_receipt(store, output.prefix, Receipt(kind=output.kind, key=output.key, inputs=output.inputs,

@@ -410,3 +410,36 @@ def test_sft_manifest_run_uses_the_harmony_artifacts_and_logs_the_packed_build(s
     assert metadata["dagster_run_id"] and metadata["tokenizer_sha256"] == manifest["tokenizer_sha256"]
     assert {split: metadata["splits"][split]["files"] for split in manifest["splits"]} == {
         split: written["files"] for split, written in manifest["splits"].items()}
+
+
+@pytest.fixture(scope="module")
+def export_lineage(tmp_path_factory):
+    """The JSONL sample materialized, then exported (the asset ``rl_sample/hf_export``), with lineage on (offline)."""
+    from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
+
+    def build(root, lineage):
+        with dg.instance_for_test() as instance:
+            pipeline = Pipeline(SAMPLE, root, instance, lineage=lineage)
+            pipeline.all()
+            pipeline.run(pipeline.assets.hf_export)
+
+    return _build_with_lineage(tmp_path_factory.mktemp("export_lineage"), build)
+
+
+def test_export_run_uses_what_it_exports_and_logs_the_folder(export_lineage):
+    from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
+
+    root, folder = export_lineage
+    runs = offline_runs(folder)
+    [manifest] = [a for a in runs["jsonl_manifest"][0] if not a.use_after_commit]
+    used, logged = used_and_logged(runs["hf_export"][0])
+    assert used == {"rl_sample-jsonl": manifest.digest}  # the artifact the jsonl_manifest run logged, same version
+    [export] = logged.values()
+    assert export.name == "rl_sample-hf" and export.type == "hf-export"
+    out = root / "rl_sample" / "hf"
+    files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and ".meta" not in p.parts}
+    assert entries(export) == {name: f"file://{out}/{name}" for name in files}
+    assert json.loads(export.metadata)["configs"]["jsonl_math_rl"] == {"train": 10, "validation": 4, "test": 3}
+    with dg.instance_for_test() as instance:  # the lineage the UI draws
+        assets = Pipeline(SAMPLE, root, instance).assets
+    assert assets.hf_export.asset_deps[assets.hf_export.key] == {assets.jsonl_shard.key}

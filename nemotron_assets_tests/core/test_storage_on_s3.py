@@ -3,6 +3,10 @@ layer's atomic commits, s3:// sources, and the whole pretraining graph written t
 
 import gzip
 import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -135,3 +139,76 @@ def _assert_same_files(local: dict[str, bytes], remote: dict[str, bytes]) -> Non
 
 def _is_receipt(data: bytes) -> bool:
     return data.startswith(b"{") and b'"receipt_version"' in data
+
+
+def test_copy_from_places_a_stored_file_as_it_is_hard_link_server_side_or_bytes(s3_env, tmp_path, monkeypatch):
+    from nemotron_assets.core.storage import StoredFile
+
+    local, elsewhere = Storage(str(tmp_path / "data")), Storage(str(tmp_path / "export"))
+    local.write_bytes("pools/p/part-00000.parquet", b"PAR1 rows PAR1")
+    elsewhere.copy_from(StoredFile(local, "pools/p/part-00000.parquet"), "pools/p/part-00000.parquet")
+    linked = tmp_path / "export" / "pools" / "p" / "part-00000.parquet"
+    assert linked.stat().st_ino == (tmp_path / "data" / "pools" / "p" / "part-00000.parquet").stat().st_ino
+    assert not list((tmp_path / "export" / ".staging").iterdir())
+
+    source, target = Storage("s3://data/copy", endpoint_url=s3_env), Storage("s3://raw/export", endpoint_url=s3_env)
+    target.copy_from(StoredFile(local, "pools/p/part-00000.parquet"), "up.parquet")  # local -> S3: one upload
+    source.write_bytes("a.parquet", b"\x00" * 1000)
+
+    def no_bytes_through_this_process(*args, **kwargs):
+        raise AssertionError("a copy between two S3 places must not read the object here")
+
+    with monkeypatch.context() as patched:
+        for name in ("cat_file", "open", "get_file", "put_file"):
+            patched.setattr(source.fs, name, no_bytes_through_this_process)
+        target.copy_from(StoredFile(source, "a.parquet"), "b/a.parquet")  # S3 -> S3: server-side
+    assert target.read_bytes("b/a.parquet") == b"\x00" * 1000 and target.read_bytes("up.parquet") == b"PAR1 rows PAR1"
+    elsewhere.copy_from(StoredFile(source, "a.parquet"), "from_s3.parquet")  # S3 -> local: bytes
+    assert (tmp_path / "export" / "from_s3.parquet").read_bytes() == b"\x00" * 1000
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs a second local file system (/dev/shm)")
+def test_copy_from_another_local_file_system_copies_the_bytes(tmp_path):
+    from nemotron_assets.core.storage import StoredFile
+
+    other = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        if os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+            pytest.skip("/dev/shm is on the same file system here")
+        source, target = Storage(str(tmp_path)), Storage(str(other))
+        source.write_bytes("a.parquet", b"PAR1 rows PAR1")
+        target.copy_from(StoredFile(source, "a.parquet"), "pools/a.parquet")
+        assert (other / "pools" / "a.parquet").read_bytes() == b"PAR1 rows PAR1"
+        assert (other / "pools" / "a.parquet").stat().st_ino != (tmp_path / "a.parquet").stat().st_ino
+    finally:
+        shutil.rmtree(other)
+
+
+def test_the_rl_sample_on_s3_exports_by_server_side_copies_and_loads_from_a_local_export(s3_env, tmp_path):
+    import datasets
+    import yaml
+
+    from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
+
+    with dg.instance_for_test() as instance:
+        pipeline = Pipeline(SAMPLE, "s3://data/exported", instance)
+        pipeline.resources["storage"] = pipeline.resources["storage"].model_copy(update={"endpoint_url": s3_env})
+        pipeline.all()
+        pipeline.run(pipeline.assets.hf_export)  # the default folder: s3://data/exported/rl_sample/hf
+        local = tmp_path / "hf"
+        dg.materialize(pipeline.definitions, selection=[pipeline.assets.hf_export.key], instance=instance,
+                       resources=pipeline.resources,
+                       run_config={"ops": {"rl_sample__hf_export": {"config": {"hf_dir": str(local)}}}})
+    fs = _fs(s3_env)
+    on_s3 = "data/exported/rl_sample/hf"
+    listed = sorted(p.removeprefix(on_s3 + "/") for p in fs.find(on_s3) if "/." not in p)
+    assert listed == sorted(str(p.relative_to(local)) for p in local.rglob("*")
+                            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(local).parts))
+    for name in listed:  # the same bytes as the committed file, on S3 and downloaded
+        source = f"data/exported/rl_sample/{name}"
+        committed = (local / name).read_bytes() if name == "README.md" else fs.cat_file(source)
+        assert fs.cat_file(f"{on_s3}/{name}") == committed == (local / name).read_bytes()
+    header = yaml.safe_load((local / "README.md").read_text().split("---\n")[1])
+    rows = datasets.load_dataset(str(local), "jsonl_math_rl", cache_dir=str(tmp_path / "cache"))
+    assert {split: len(r) for split, r in rows.items()} == {"train": 10, "validation": 4, "test": 3}
+    assert header["configs"][0]["config_name"] == "jsonl_math_rl"

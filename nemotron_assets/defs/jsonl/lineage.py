@@ -28,7 +28,11 @@ def log_jsonl_manifest(lineage: WandbLineage, context: dg.AssetExecutionContext,
         context, blend, "jsonl_manifest",
         used=lambda: [shards_artifact(store, blend, dataset, manifest, JSONL_SHARDS)
                       for dataset, manifest in manifests.items()],
-        logged=lambda: [files_artifact(f"{blend}-jsonl", "jsonl-manifest", {"dagster_run_id": context.run_id,
-                                                                             **metadata},
-                                       [reference(store, jsonl_manifest_path(blend), checksum=True),
-                                        reference(store, receipt_path(jsonl_manifest_prefix(blend)), checksum=True)])])
+        logged=lambda: [manifest_artifact(store, blend, {"dagster_run_id": context.run_id, **metadata})])
+
+
+def manifest_artifact(store: Storage, blend: str, metadata: dict):
+    """``<blend>-jsonl``: manifest.json and its receipt."""
+    return files_artifact(f"{blend}-jsonl", "jsonl-manifest", metadata,
+                          [reference(store, jsonl_manifest_path(blend), checksum=True),
+                           reference(store, receipt_path(jsonl_manifest_prefix(blend)), checksum=True)])

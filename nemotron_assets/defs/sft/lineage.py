@@ -21,18 +21,20 @@ def log_sft(lineage: WandbLineage, context: dg.AssetExecutionContext, store: Sto
     """``manifests``: dataset -> SourceManifest of the family datasets; ``files``: the manifest's files
     (manifest.json, packing_metadata.json, the .npy), ``shards``: the packed shards' storage prefixes, both relative
     to the storage root; ``pools``: what ``sft.from`` names."""
-    def logged():
-        references = [reference(store, relative, checksum=not relative.endswith(".npy")) for relative in files]
-        for prefix in shards:
-            receipt = read_receipt(store, prefix)
-            references += [reference(store, receipt_path(prefix), checksum=True),
-                           *(reference(store, output_path(prefix, name), checksum=False)
-                             for name in (receipt.files if receipt else ()))]
-        return [files_artifact(f"{blend}-sft", "sft-packed", {"dagster_run_id": context.run_id, **metadata},
-                               references)]
-
     lineage.log(context, blend, "sft_manifest",
                 used=lambda: [*(shards_artifact(store, blend, dataset, manifest, HARMONY_SHARDS)
                                 for dataset, manifest in manifests.items()),
                               *(input_artifact(store, blend, pool) for pool in pools)],
-                logged=logged)
+                logged=lambda: [sft_artifact(store, blend, {"dagster_run_id": context.run_id, **metadata}, files,
+                                             shards)])
+
+
+def sft_artifact(store: Storage, blend: str, metadata: dict, files: Iterable[str], shards: Iterable[str]):
+    """``<blend>-sft``: the manifest's files (checksummed but the .npy) and every packed shard's receipt and files."""
+    references = [reference(store, relative, checksum=not relative.endswith(".npy")) for relative in files]
+    for prefix in shards:
+        receipt = read_receipt(store, prefix)
+        references += [reference(store, receipt_path(prefix), checksum=True),
+                       *(reference(store, output_path(prefix, name), checksum=False)
+                         for name in (receipt.files if receipt else ()))]
+    return files_artifact(f"{blend}-sft", "sft-packed", metadata, references)
