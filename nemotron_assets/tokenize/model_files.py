@@ -111,8 +111,8 @@ def _sentencepiece_size(path: str, sha256: str) -> int:
 
 
 class SentencePieceEncoder:
-    """``SentencePieceProcessor.encode(texts)``: one call per batch (it holds the GIL: a shard's parallelism is its
-    forked build process, core/step.py ``ShardRun``)."""
+    """``SentencePieceProcessor.encode(texts)``, one thread per call: it lets go of the GIL while it encodes, and the
+    shard build already encodes a batch's pieces in as many threads as it has cores (defs/pretrain/shard.py)."""
 
     name = "sentencepiece"
     batch_chars = 1 << 22
