@@ -9,7 +9,6 @@ package: it needs no network.
 """
 
 import functools
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 import orjson
 
 from nemotron_assets.sources.errors import InputError
+from nemotron_assets.tokenize.file_hashes import file_sha256
 from nemotron_assets.tokenize.model_files import ModelFile, TiktokenSettings, is_tiktoken_vocabulary
 
 BUNDLED = {
@@ -47,19 +47,6 @@ class TokenizerFiles:
         names its config gives (receipts compare it; pretraining adds the vocabulary size, `vocab_size`)."""
         return {"sha256": self.sha256, "eos_token": self.eos_token, "bos_token": self.bos_token,
                 "sep_token": self.sep_token}
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a local file, computed once per version of it (path, size, modification time): a step asks for
-    its tokenizer's or template's hash once per output it judges."""
-    stat = os.stat(path)
-    return _file_sha256(str(path), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=16)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    with open(path, "rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def vocab_size(files: TokenizerFiles | ModelFile) -> int:

@@ -30,6 +30,7 @@ import numpy as np
 import orjson
 
 from nemotron_assets.sources.errors import InputError
+from nemotron_assets.tokenize.file_hashes import file_sha256
 
 TIKTOKEN_PATTERNS = {  # Megatron-LM's _PATTERN_TIKTOKEN_V1 and _PATTERN_TIKTOKEN_V2
     "v1": r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
@@ -68,8 +69,6 @@ class ModelFile:
 
     @property
     def sha256(self) -> str:
-        from nemotron_assets.tokenize.loading import file_sha256
-
         return file_sha256(self.path)
 
     def identity(self) -> dict:
