@@ -34,6 +34,10 @@ the shard checks and blend.json. With a Megatron-LM tree, ``tools/preprocess_dat
 the same file and tokenizer (``--classic`` adds ``tools/preprocess_data.py --workers 2``, ~7 minutes on 1 GB).
 Every output is compared with Megatron's: our shards' ``.bin`` concatenated must equal its ``.bin`` byte for byte,
 and our sequence lengths and document boundaries, shard after shard, its ``.idx``. Ratios > 1 mean we are faster.
+``--sentencepiece N`` benchmarks a SentencePiece tokenizer instead: it trains an N-piece model (BPE with byte fallback,
+as Llama-2's; ``fixtures/megatron/reference_tools.py train_sentencepiece``) from the input's first lines, then runs
+ours with ``tokenizer_model: <the .model>`` against ``tools/preprocess_data.py --tokenizer-type
+GPTSentencePieceTokenizer --workers 2`` (the fast tool takes Hugging Face tokenizers only).
 The tokenize step alone (texts in memory) is measured last, on the input as given (not scaled). Before measuring,
 both tools' packages are compiled to bytecode (``compile_bytecode``), so neither pays for compiling its modules.
 """
@@ -249,8 +253,9 @@ def run_megatron(args, work: Path, input_path: Path, fast: bool) -> tuple[dict, 
     for ext in ("_text_document.bin", "_text_document.idx"):
         Path(f"{prefix}{ext}").unlink(missing_ok=True)
     tool = "tools/preprocess_data_fast.py" if fast else "tools/preprocess_data.py"
+    kind = "GPTSentencePieceTokenizer" if args.tokenizer.endswith(".model") else "HuggingFaceTokenizer"
     cmd = [args.megatron_python, tool, "--input", str(input_path), "--output-prefix", str(prefix),
-           "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", args.tokenizer,
+           "--tokenizer-type", kind, "--tokenizer-model", args.tokenizer,
            "--json-keys", "text", "--append-eod"]
     cmd += ["--use-gigatoken"] if fast else ["--workers", "2"]
     shim = args.megatron_shim
@@ -339,6 +344,34 @@ def tokenize_step(args) -> dict:
     return result
 
 
+def sentencepiece_model(source: Path, pieces: int, work: Path, sample_lines: int = 400_000) -> str:
+    """An N-piece SentencePiece model trained on the first ``sample_lines`` non-empty lines of the input's texts
+    (SentencePiece skips sentences over 4,192 bytes, so documents are fed line by line); its path."""
+    import orjson
+
+    sys.path.insert(0, str(REPO))
+    from nemotron_assets_tests.fixtures.megatron.reference_tools import train_sentencepiece
+
+    def lines():
+        count = 0
+        with open(source, "rb") as f:
+            for row in f:
+                for line in orjson.loads(row)["text"].splitlines():
+                    if line.strip() and len(line.encode()) <= 4192:
+                        yield line
+                        count += 1
+                        if count == sample_lines:
+                            return
+
+    model = work / "sentencepiece" / "tokenizer.model"
+    model.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    model.write_bytes(train_sentencepiece(lines(), vocab_size=pieces))
+    print(f"trained a {pieces:,}-piece SentencePiece model on {sample_lines:,} lines in "
+          f"{time.monotonic() - started:.0f} s: {model}", flush=True)
+    return str(model)
+
+
 def scaled_input(source: Path, scale: int, work: Path) -> Path:
     """``source`` repeated ``scale`` times (1: the file itself)."""
     if scale == 1:
@@ -357,6 +390,9 @@ def main() -> int:
     parser.add_argument("--input", required=True, help="a JSONL file with a 'text' field")
     parser.add_argument("--scale", type=int, default=1, help="benchmark the input repeated this many times")
     parser.add_argument("--tokenizer", default="llama3", help="tokenizer folder (or 'llama3', the bundled one)")
+    parser.add_argument("--sentencepiece", type=int, default=None, metavar="PIECES",
+                        help="train a SentencePiece model of this many pieces from the input and benchmark it "
+                             "against tools/preprocess_data.py --tokenizer-type GPTSentencePieceTokenizer")
     parser.add_argument("--shard-size", default="256MB")
     parser.add_argument("--paths", default="cli,dagster,sensor",
                         help="how ours is driven: cli (our command), dagster (the three documented dagster "
@@ -376,7 +412,7 @@ def main() -> int:
                         help="measure the tools as installed, without compiling their modules first")
     parser.add_argument("--work-dir", default=None, help="where inputs and outputs go (default: a temp folder)")
     args = parser.parse_args()
-    if args.megatron_tree and args.tokenizer == "llama3":
+    if args.megatron_tree and args.tokenizer == "llama3" and not args.sentencepiece:
         raise SystemExit("give --tokenizer as a folder Megatron can load too (e.g. /tmp/tok/llama3)")
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed: CPU times of orphaned processes would be lost")
@@ -384,6 +420,9 @@ def main() -> int:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="nemotron-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     input_path = scaled_input(Path(args.input), args.scale, work)
+    if args.sentencepiece:
+        args.tokenizer = sentencepiece_model(input_path, args.sentencepiece, work)
+        args.classic = True
     size = input_path.stat().st_size
     with open(input_path, "rb") as f:  # into the page cache, as for every tool after the first
         while f.read(64 << 20):
@@ -424,7 +463,7 @@ def main() -> int:
             measured[name]["load_before"] = load
             outputs[name] = keep_outputs(prefixes, work / f"ours{len(outputs)}")
         if args.megatron_tree:
-            for fast in (True, False) if args.classic else (True,):
+            for fast in (False,) if args.sentencepiece else (True, False) if args.classic else (True,):
                 name = FAST if fast else CLASSIC
                 load = wait_quiet(args.quiet_wait)
                 measured[name], outputs[name] = run_megatron(args, work, input_path, fast)

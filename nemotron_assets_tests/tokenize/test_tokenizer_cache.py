@@ -9,13 +9,14 @@ import pytest
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize import documents
 from nemotron_assets.tokenize.documents import DocumentOptions, cached_tokenizer
+from nemotron_assets.tokenize.model_files import TiktokenSettings
 
 
 @pytest.fixture
 def loads(monkeypatch):
     calls = []
 
-    def slow_load(spec, revision, options):
+    def slow_load(spec, revision, options, tiktoken):
         calls.append(spec)
         time.sleep(0.2)
         if spec.startswith("broken"):
@@ -38,6 +39,7 @@ def test_threads_asking_at_once_share_one_load(loads):
     assert loads == ["tok"] and len(got) == 4 and all(g is got[0] for g in got)
     assert cached_tokenizer("tok", None, DocumentOptions()) is got[0]
     assert cached_tokenizer("tok", None, DocumentOptions(add_bos=True)) is not got[0]  # another setting: its own
+    assert cached_tokenizer("tok", None, DocumentOptions(), TiktokenSettings(pattern="v1")) is not got[0]
 
 
 def test_a_failed_load_reaches_every_caller_and_is_tried_again(loads):

@@ -40,7 +40,7 @@ from nemotron_assets.defs.pretrain.lineage import log_blend_lineage, log_shard_l
 from nemotron_assets.defs.pretrain.shard import PretrainSettings, shard_build
 from nemotron_assets.formats import megatron
 from nemotron_assets.sources.manifest import SourceManifest
-from nemotron_assets.tokenize.documents import LoadedTokenizer, cached_tokenizer
+from nemotron_assets.tokenize.documents import LoadedTokenizer, ModelFileTokenizer, cached_tokenizer
 
 
 class ShardConfig(dg.Config):
@@ -127,10 +127,12 @@ def build_pretrain_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
 
 # --- the steps ----------------------------------------------------------------------------------------------
-def load_tokenizer(context: dg.AssetExecutionContext, settings: PretrainSettings) -> LoadedTokenizer:
+def load_tokenizer(context: dg.AssetExecutionContext,
+                   settings: PretrainSettings) -> LoadedTokenizer | ModelFileTokenizer:
     """The step's tokenizer, loaded once per process and setting; a bad tokenizer fails the step, located."""
     with permanent_errors_fail_at_once():
-        tokenizer = cached_tokenizer(settings.tokenizer_model, settings.tokenizer_revision, settings.documents)
+        tokenizer = cached_tokenizer(settings.tokenizer_model, settings.tokenizer_revision, settings.documents,
+                                     settings.tiktoken)
     context.log.info(f"tokenizer {settings.tokenizer_model}: vocab {tokenizer.vocab_size:,}, backend "
                      f"{tokenizer.backend} ({tokenizer.backend_reason})")
     return tokenizer

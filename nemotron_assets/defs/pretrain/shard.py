@@ -7,7 +7,9 @@ What decides the shard's bytes (its receipt's ``inputs``, core/records.py):
 - ``source``: the manifest's fingerprint of the shard's row ranges and the exact versions of the files they come
   from (sources/manifest.py ``shard_fingerprint``).
 - ``tokenizer``: the sha256 of ``tokenizer.json``, the EOS/BOS/SEP token names its config gives, and its vocabulary
-  size (base + added tokens, which decides the dtype).
+  size (base + added tokens, which decides the dtype). For a SentencePiece or TikTokenizer model file: its kind,
+  the file's sha256, the vocabulary size, and a TikTokenizer's pattern and special-token count
+  (tokenize/model_files.py); the ``tiktoken_*`` settings therefore change only shards made with a TikTokenizer.
 - ``settings``: every blend setting that changes ids or layout: ``add_bos``, ``add_eos``, ``eod_token``,
   ``max_doc_tokens``, ``on_error``, and the dtype the shard is written in (the blend's ``dtype``, else Megatron's
   rule on the vocabulary size), so ``dtype: int32`` on a vocabulary that is int32 anyway changes nothing. With
@@ -60,10 +62,11 @@ from nemotron_assets.sources.files import is_remote
 from nemotron_assets.sources.manifest import SourceManifest, iter_shard_texts
 from nemotron_assets.sources.prefetch import InOrderThread, map_in_threads, prefetch
 from nemotron_assets.sources.readers import ReadOptions, ReadStats
-from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer
+from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, ModelFileTokenizer
 from nemotron_assets.tokenize.encoders import first_mismatch
-from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer, vocab_size
+from nemotron_assets.tokenize.loading import TokenizerFiles, locate_any_tokenizer, vocab_size
 from nemotron_assets.tokenize.long_documents import LONG_DOCUMENT_CHARS, LongDocuments, check_sample
+from nemotron_assets.tokenize.model_files import ModelFile, TiktokenSettings
 from nemotron_assets.tokenize.sentences import punkt_identity
 
 FORMAT_VERSION = "megatron-mmidx/2"
@@ -85,6 +88,7 @@ class PretrainSettings:
     dtype: str | None  # the blend's override of Megatron's rule
     on_error: str
     reads: dict[str, ReadOptions]  # how each pretraining dataset's rows are read: its text field, an S3 endpoint
+    tiktoken: TiktokenSettings = TiktokenSettings()  # how a TikTokenizer vocabulary is read (else unused)
 
     @classmethod
     def of(cls, blend: Blend, backend: str = "auto") -> "PretrainSettings":
@@ -94,10 +98,12 @@ class PretrainSettings:
                                    split_sentences=blend.split_sentences,
                                    sentence_language=blend.sentence_language, keep_newlines=blend.keep_newlines),
                    blend.dtype, blend.on_error,
-                   {entry.name: read_options(blend, entry) for entry in blend.datasets_of("pretrain")})
+                   {entry.name: read_options(blend, entry) for entry in blend.datasets_of("pretrain")},
+                   TiktokenSettings(blend.tiktoken_pattern, blend.tiktoken_num_special_tokens,
+                                    blend.tiktoken_vocab_size))
 
-    def tokenizer_files(self) -> TokenizerFiles:
-        return locate_tokenizer(self.tokenizer_model, self.tokenizer_revision)
+    def tokenizer_files(self) -> TokenizerFiles | ModelFile:
+        return locate_any_tokenizer(self.tokenizer_model, self.tokenizer_revision, self.tiktoken)
 
     def tokenizer_identity(self) -> dict:
         """What of the tokenizer decides the ids (the module docstring), without building it."""
@@ -136,7 +142,7 @@ def shard_output(settings: PretrainSettings, manifest: SourceManifest, key: Shar
 
 
 def shard_build(settings: PretrainSettings, manifest: SourceManifest, key: ShardKey, base: str, tokenizer: dict,
-                loaded: Callable[[], LoadedTokenizer]) -> ShardBuild:
+                loaded: Callable[[], LoadedTokenizer | ModelFileTokenizer]) -> ShardBuild:
     """Shard ``key`` of ``manifest`` under ``base``: its output, and its build, which tokenizes with ``loaded()``
     (the step's tokenizer, loaded once: before the builds are forked, or by the first build in the step)."""
     total_rows = manifest.shards[key.index].rows
@@ -252,7 +258,8 @@ class ShardStats:
 ProgressCallback = Callable[[int, int, float], None]  # (rows done, tokens, seconds)
 
 
-def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer, dtype: DType, prefix: Path,
+def build_shard(batches: Iterable[list[str]], tokenizer: LoadedTokenizer | ModelFileTokenizer, dtype: DType,
+                prefix: Path,
                 progress: ProgressCallback | None = None, progress_every_s: float = 10.0,
                 log: Callable[[str], None] | None = None, threads: int = TOKENIZE_THREADS) -> ShardStats:
     """Tokenize every batch into ``<prefix>.bin``/``.idx`` (local paths); returns the shard's counts.
@@ -322,7 +329,7 @@ def _pieces(batches: Iterable[list[str]], count: int) -> Iterator[tuple[list[str
             yield texts[start:start + size], start == 0
 
 
-def _tokenize_piece(tokenizer: LoadedTokenizer, piece: tuple[list[str], bool]) -> _TokenizedPiece:
+def _tokenize_piece(tokenizer: LoadedTokenizer | ModelFileTokenizer, piece: tuple[list[str], bool]) -> _TokenizedPiece:
     """One piece's documents; a batch's first piece is cross-checked against the reference when a fast backend
     made them."""
     texts, first = piece

@@ -41,7 +41,8 @@ from nemotron_assets.defs.sft.layout import sft_plan_prefix, sft_samples_prefix
 from nemotron_assets.formats.packing import PackSettings
 from nemotron_assets.formats.splits import SPLITS, Holdout
 from nemotron_assets.sources.manifest import SourceManifest
-from nemotron_assets.tokenize.loading import file_sha256, locate_tokenizer
+from nemotron_assets.tokenize.file_hashes import file_sha256
+from nemotron_assets.tokenize.loading import locate_tokenizer
 
 #: 4: an Arrow IPC file (samples_file.py); 3: masked-role search finds tool-call arguments JSON-escaped too;
 #: 2: masked-role spans at the earliest place, plain-encoded token columns

@@ -15,7 +15,7 @@ from nemotron_assets.defs.sources.manifest import read_options
 from nemotron_assets.sources.discovery import resolve_files
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.sources.readers import check_parquet_text_column
-from nemotron_assets.tokenize.loading import locate_tokenizer
+from nemotron_assets.tokenize.loading import locate_any_tokenizer
 from nemotron_assets.tokenize.sentences import punkt_model_dir
 
 
@@ -24,7 +24,7 @@ def check_before_reading(blend: Blend, blend_file: Path, datasets: list[str] | N
     entries = [e for e in blend.entries() if datasets is None or e.name in datasets]
     if any(e.kind == "pretrain" for e in entries):
         try:
-            locate_tokenizer(blend.tokenizer_model, blend.tokenizer_revision)
+            locate_any_tokenizer(blend.tokenizer_model, blend.tokenizer_revision)
         except InputError as exc:  # name the blend file that chose it, and the setting as written there
             raise InputError(f"{exc.reason}: {blend.tokenizer_model!r}"
                              + (f" ({exc.path})" if exc.path and exc.path != blend.tokenizer_model else ""),
