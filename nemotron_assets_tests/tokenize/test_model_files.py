@@ -243,3 +243,25 @@ def test_a_changed_model_file_makes_its_shards_stale(tmp_path, sentencepiece_mod
     assert _build(tmp_path, TEXTS, tokenizer_model=str(model))[2] == "up to date"
     model.write_bytes(train_sentencepiece(_corpus_texts(), vocab_size=900))
     assert _build(tmp_path, TEXTS, tokenizer_model=str(model))[2] == "built"
+
+
+def test_split_sentences_with_a_sentencepiece_model_encodes_each_sentence_and_ends_the_document_with_eos(
+        sentencepiece_model):
+    from nemotron_assets.tokenize.sentences import SentenceSplitter
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(sentencepiece_model))
+    splitter = SentenceSplitter.load("english", False)
+    texts = ["First sentence here. And a second one! A third?", "", "One alone", TEXTS[3]]
+    tokenizer = load_tokenizer(str(sentencepiece_model), None, DocumentOptions(split_sentences=True))
+    ids, sequence_lengths, sequences = tokenizer.sentence_documents(texts)
+
+    expected = []  # per document, its sequences: each sentence's ids, the EOD after the last one
+    for text in texts:
+        encoded = [s for s in map(processor.encode_as_ids, splitter.split(text)) if s]
+        if encoded:
+            encoded[-1] = encoded[-1] + [processor.eos_id()]
+        expected.append(encoded)
+    assert sequences.tolist() == [len(document) for document in expected]
+    assert sequence_lengths.tolist() == [len(s) for document in expected for s in document]
+    assert ids.tolist() == [i for document in expected for s in document for i in s]
+    assert len(expected[0]) == 3
