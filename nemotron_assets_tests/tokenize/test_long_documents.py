@@ -65,7 +65,7 @@ def folders(tmp_path_factory) -> dict[str, tuple[Path, int]]:
 
 @pytest.fixture(scope="module")
 def several_mb_text() -> str:
-    return long_text(3_000_000, seed=7)
+    return long_text(2_200_000, seed=7)  # three cut points with Llama-3
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_several_mb_documents_get_the_ids_of_whole_document_tokenization(folders
     assert documents == whole_ids(name, batch)
     if whole_because is None:
         assert tally.as_dict() == {"in_pieces": 2, "whole": {NO_CUT_FOUND: 1}}
-        assert len(tokenizer.cutter.cut_points(batch[1])) >= 4  # it really was cut, more than once
+        assert len(tokenizer.cutter.cut_points(batch[1])) >= 3  # it really was cut, more than once
     else:
         assert tally.as_dict() == {"in_pieces": 0, "whole": {whole_because: 3}}
 

@@ -1,5 +1,6 @@
-"""The bundled post-training and RL sample blends materialized once through the command line, for the export tests;
-each test writes its exports into its own folder."""
+"""The bundled post-training and RL sample blends materialized once (per test process) through the command line, for
+the export and push tests; each test writes its exports into its own folder, and a test that edits a blend file puts
+it back."""
 
 import os
 import shutil
@@ -26,7 +27,7 @@ class Built:
                               capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built(tmp_path_factory) -> Built:
     base = tmp_path_factory.mktemp("export")
     home = base / "dagster_home"
