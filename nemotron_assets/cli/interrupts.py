@@ -10,8 +10,14 @@ So the command learns of signals itself, whoever handles them: Python writes the
 catches to a "wakeup" file descriptor (``signal.set_wakeup_fd``), and a thread here reads them. The first
 SIGINT/SIGTERM marks the command interrupted (it stops after the run in progress has unwound); the second ends the
 process at once (exit status 130). Between runs, our own handler raises ``KeyboardInterrupt`` for both signals.
+
+Dagster raises its interrupt in whatever code runs when the signal lands. When that is SQLAlchemy closing one of the
+instance's database connections, SQLAlchemy logs the exception with its traceback (logger ``sqlalchemy.pool``) and
+goes on: the command's own line already said it is stopping, so while it handles signals that one record is dropped
+(``QuietInterruptedClose``); every other message of that logger is printed as before.
 """
 
+import logging
 import os
 import signal
 import sys
@@ -38,6 +44,7 @@ class Interrupts:
         self._previous: dict[int, object] = {}
         self._read_end = self._write_end = -1
         self._old_wakeup = -1
+        self._pool_handler: logging.Handler | None = None
 
     @property
     def handling(self) -> bool:
@@ -51,6 +58,9 @@ class Interrupts:
         self._old_wakeup = signal.set_wakeup_fd(self._write_end, warn_on_full_buffer=False)
         for signum in SIGNALS:
             self._previous[signum] = signal.signal(signum, _raise_keyboard_interrupt)
+        self._pool_handler = QuietInterruptedClose()
+        POOL_LOGGER.addHandler(self._pool_handler)
+        POOL_LOGGER.propagate = False
         threading.Thread(target=self._watch, name="signals", daemon=True).start()
         return self
 
@@ -59,6 +69,8 @@ class Interrupts:
             return
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+        POOL_LOGGER.removeHandler(self._pool_handler)
+        POOL_LOGGER.propagate = True
         signal.set_wakeup_fd(self._old_wakeup)
         os.close(self._write_end)  # the watcher reads EOF and ends; it closes the read end
         self._write_end = -1
@@ -90,3 +102,19 @@ class Interrupts:
 
 def _raise_keyboard_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+class QuietInterruptedClose(logging.StreamHandler):
+    """Prints ``sqlalchemy.pool``'s warnings and errors on stderr (as Python's last-resort handler would), except the
+    one that reports our own interrupt raised inside a connection's close."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.setLevel(logging.WARNING)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return type(error).__name__ != "DagsterExecutionInterruptedError" and super().filter(record)
+
+
+POOL_LOGGER = logging.getLogger("sqlalchemy.pool")

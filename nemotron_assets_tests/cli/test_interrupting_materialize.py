@@ -204,3 +204,33 @@ def test_the_interrupt_module_leaves_the_handlers_it_found():
     with Interrupts():
         assert signal.getsignal(signal.SIGINT) is not before[signal.SIGINT]
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_our_interrupt_inside_a_database_connection_close_prints_no_traceback(capsys):
+    """Ctrl-C can land while SQLAlchemy closes one of the instance's connections: Dagster's interrupt is raised there,
+    and SQLAlchemy logs it with a traceback and goes on (a fresh-clone CI run caught it once). While the command handles
+    signals that record is dropped; the logger's other errors still print, and the logger is as it was afterwards."""
+    import logging
+
+    from dagster._core.errors import DagsterExecutionInterruptedError
+    from sqlalchemy.pool import NullPool
+
+    from nemotron_assets.cli.interrupts import Interrupts
+
+    pool_logger = logging.getLogger(f"{NullPool.__module__}.{NullPool.__name__}")  # how SQLAlchemy names it
+    parent = logging.getLogger("sqlalchemy.pool")
+    handlers, propagate = parent.handlers[:], parent.propagate
+
+    def closing_fails_with(error: BaseException) -> None:
+        try:
+            raise error
+        except BaseException:
+            pool_logger.error("Exception closing connection %r", "<sqlite3.Connection>", exc_info=True)
+
+    with Interrupts():
+        closing_fails_with(DagsterExecutionInterruptedError())
+        closing_fails_with(OSError("disk I/O error"))
+    err = capsys.readouterr().err
+    assert "DagsterExecutionInterruptedError" not in err
+    assert err.count("Exception closing connection") == 1 and "OSError: disk I/O error" in err
+    assert (parent.handlers, parent.propagate) == (handlers, propagate)
