@@ -35,6 +35,19 @@ def sample_blends(tmp_path) -> Path:
 
 
 @pytest.fixture
+def deployment(tmp_path, sample_blends, monkeypatch) -> Path:
+    """A fresh instance (the bundled dagster.yaml), data root ``tmp_path/data`` and copy of the bundled blends, as
+    this process's environment; returns ``tmp_path``."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("NEMOTRON_DATA_ROOT", str(tmp_path / "data"))
+    monkeypatch.setenv("NEMOTRON_BLENDS_DIR", str(sample_blends))
+    return tmp_path
+
+
+@pytest.fixture
 def cli_env(tmp_path):
     """The environment of a command in a fresh instance (the bundled dagster.yaml) writing under tmp_path."""
     home = tmp_path / "dagster_home"

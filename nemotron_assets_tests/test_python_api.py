@@ -2,7 +2,6 @@
 instance: the same runs and document as the command, twice in one process, from a thread, and a failure raising
 ``MaterializeError`` with the document."""
 
-import shutil
 import subprocess
 import sys
 import threading
@@ -16,18 +15,6 @@ from nemotron_assets_tests.conftest import REPO
 from nemotron_assets_tests.megatron_reader import read_raw
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def deployment(tmp_path, sample_blends, monkeypatch):
-    """A fresh instance, data root and copy of the bundled blends, as this process's environment."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv("NEMOTRON_DATA_ROOT", str(tmp_path / "data"))
-    monkeypatch.setenv("NEMOTRON_BLENDS_DIR", str(sample_blends))
-    return tmp_path
 
 
 def _in_thread(function, *args, **kwargs):

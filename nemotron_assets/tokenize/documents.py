@@ -69,8 +69,7 @@ class LoadedTokenizer:
         self.cutter = Cutter(self.reference)  # where long texts may be cut, or why not (cutter.rules.refusal)
         self.bos_already_added = bool(self.bos_id is not None and self._post_processor_adds(self.bos_id))
         self._check_truncation()
-        self.splitter = (SentenceSplitter.load(options.sentence_language, options.keep_newlines)
-                         if options.split_sentences else None)
+        self.splitter = sentence_splitter(options)
 
     @property
     def backend(self) -> str:
@@ -130,6 +129,11 @@ class LoadedTokenizer:
         (``split_sentences``); a document with no sequence is empty."""
         return sentence_documents(self.splitter, texts, self.eod_id, lambda sentences: encode_texts(
             sentences, encoder or self.encoder, self.cutter, long_documents))
+
+
+def sentence_splitter(options: DocumentOptions) -> SentenceSplitter | None:
+    """The punkt splitter of ``split_sentences`` (its language, ``keep_newlines``), or None when it is off."""
+    return SentenceSplitter.load(options.sentence_language, options.keep_newlines) if options.split_sentences else None
 
 
 def sentence_documents(splitter: SentenceSplitter, texts: Sequence[str], eod_id: int | None, encode
@@ -225,8 +229,7 @@ class ModelFileTokenizer:
                 self.bos_id is not None):
             raise InputError(f"max_doc_tokens={options.max_doc_tokens} leaves no room for text next to BOS/EOD",
                              field="max_doc_tokens")
-        self.splitter = (SentenceSplitter.load(options.sentence_language, options.keep_newlines)
-                         if options.split_sentences else None)
+        self.splitter = sentence_splitter(options)
 
     @property
     def backend(self) -> str:

@@ -2,7 +2,6 @@
 on stdout whatever happens, every other line on stderr, and the outputs it names read back independently."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -49,16 +48,8 @@ def _status(env: dict, blend: str) -> dict:
 
 
 def _runs(env: dict, run_ids: list[str]) -> list:
-    previous = os.environ.get("DAGSTER_HOME")
-    os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
-    try:
-        with dg.DagsterInstance.get() as instance:
-            return [instance.get_run_by_id(run_id) for run_id in run_ids]
-    finally:
-        if previous is None:
-            del os.environ["DAGSTER_HOME"]
-        else:
-            os.environ["DAGSTER_HOME"] = previous
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        return [instance.get_run_by_id(run_id) for run_id in run_ids]
 
 
 def test_stdout_is_one_document_naming_every_output_even_when_a_step_prints(env, tmp_path):

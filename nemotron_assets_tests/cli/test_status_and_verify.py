@@ -22,15 +22,9 @@ BERT = REPO / "nemotron_assets_tests" / "fixtures" / "megatron" / "bert_tokenize
 
 
 @pytest.fixture
-def env(tmp_path, sample_blends, monkeypatch) -> Path:
+def env(deployment) -> Path:
     """DAGSTER_HOME, data root and blends folder of a fresh deployment; returns the data root."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv("NEMOTRON_DATA_ROOT", str(tmp_path / "data"))
-    monkeypatch.setenv("NEMOTRON_BLENDS_DIR", str(sample_blends))
-    return tmp_path / "data"
+    return deployment / "data"
 
 
 @pytest.fixture

