@@ -21,11 +21,13 @@ order given, at most ``workers * ahead`` in flight (the SFT samples step renders
 """
 
 import contextlib
+import ctypes
 import gc
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+PR_SET_PDEATHSIG = 1  # Linux's prctl.h
 Report = Callable[[Any], None]  # what a forked call uses to send a message (any picklable value) to its parent
 Call = Callable[[Report], Any]
 
@@ -246,9 +249,9 @@ def in_order(function: Callable[..., Any], tasks: Iterable[tuple], workers: int,
         return
     context = multiprocessing.get_context(start)
     forked = start == "fork"
-    if forked:  # the workers do not run this process's signal handlers (`_signals_held`)
+    if forked:  # the workers do not run this process's signal handlers (`_signals_held`), nor outlive it
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())  # this thread's, as it is
-        initializer, initargs = _forked_worker, (mask, initializer, initargs)
+        initializer, initargs = _forked_worker, (os.getpid(), mask, initializer, initargs)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs) as pool:
         if forked:
             gc.freeze()  # the workers' collections skip what they inherit (nor copy its pages to mark it)
@@ -268,8 +271,27 @@ def in_order(function: Callable[..., Any], tasks: Iterable[tuple], workers: int,
             yield pending.popleft().result()
 
 
-def _forked_worker(mask: set[signal.Signals], initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    """A forked worker of `in_order` first gets the default action of SIGINT and SIGTERM (`_default_signals`)."""
+def _forked_worker(parent: int, mask: set[signal.Signals], initializer: Callable[..., None] | None,
+                   initargs: tuple) -> None:
+    """A forked worker of `in_order` first gets the default action of SIGINT and SIGTERM (`_default_signals`), and
+    ends with its parent (`_killed_with_parent`)."""
     _default_signals(mask)
+    _killed_with_parent(parent)
     if initializer is not None:
         initializer(*initargs)
+
+
+def _killed_with_parent(parent: int) -> None:
+    """On Linux, this process is killed when the thread that forked it ends (``PR_SET_PDEATHSIG``), or now if its
+    parent ``parent`` has gone already. A pool worker waits for its next task on a pipe whose other end it holds
+    itself, so it would otherwise wait for ever after its parent was killed: e.g. a shard build forked by
+    `ForkedCalls` that normalizes on two cores, killed by ``close``."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)

@@ -16,7 +16,7 @@ import queue
 import threading
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -52,6 +52,12 @@ class ReadStats:
     rows: int = 0
     dropped: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)  # where the first skipped rows were, and why
+
+    def add(self, later: "ReadStats") -> None:
+        """Count in the stats of the rows read after these (the examples stay the first ``MAX_EXAMPLES``)."""
+        self.rows += later.rows
+        self.dropped.update(later.dropped)
+        self.examples = (self.examples + later.examples)[:MAX_EXAMPLES]
 
 
 @dataclass(frozen=True)
@@ -278,25 +284,31 @@ def iter_text_batches(source: SourceFile, row_start: int, row_end: int, options:
         yield from _jsonl_batches(source, row_start, row_end, options, stats)
 
 
-def _jsonl_objects(source: SourceFile, row_start: int, row_end: int, options: ReadOptions,
-                   stats: ReadStats) -> Iterator[tuple[int, dict, int]]:
-    """(row, JSON object, line bytes) of rows ``[row_start, row_end)``; bad lines raise or are counted."""
+def numbered_lines(source: SourceFile, row_start: int, row_end: int,
+                   options: ReadOptions) -> Iterator[tuple[int, bytes]]:
+    """(row, line) of rows ``[row_start, row_end)`` of a JSONL file, each line with its newline (`iter_lines`)."""
     with closing(iter_lines(source, options, skip=row_start)) as lines:
-        for row, line in zip(range(row_start, row_end), lines):  # zip stops before reading past row_end
-            stats.rows += 1
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                _bad_row(options, stats, source, row, *_json_problem(line))
-                continue
-            if not isinstance(record, dict):
-                _bad_row(options, stats, source, row, NOT_AN_OBJECT,
-                         f"expected a JSON object, got {type(record).__name__}")
-                continue
-            yield row, record, len(line)
+        yield from zip(range(row_start, row_end), lines)  # zip stops before reading past row_end
 
 
-def _batched(sized_items: Iterator[tuple[object, int]], limit: int) -> Iterator[list]:
+def json_objects(lines: Iterable[tuple[int, bytes]], source: SourceFile, options: ReadOptions,
+                 stats: ReadStats) -> Iterator[tuple[int, dict, int]]:
+    """(row, JSON object, line bytes) of each of ``source``'s numbered lines; bad lines raise or are counted."""
+    for row, line in lines:
+        stats.rows += 1
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            _bad_row(options, stats, source, row, *_json_problem(line))
+            continue
+        if not isinstance(record, dict):
+            _bad_row(options, stats, source, row, NOT_AN_OBJECT,
+                     f"expected a JSON object, got {type(record).__name__}")
+            continue
+        yield row, record, len(line)
+
+
+def batched(sized_items: Iterator[tuple[object, int]], limit: int) -> Iterator[list]:
     """Group items (each with its size in bytes) into lists of about ``limit`` bytes, in order."""
     batch: list = []
     batch_bytes = 0
@@ -475,21 +487,34 @@ def iter_record_batches(source: SourceFile, row_start: int, row_end: int, option
     For post-training data, where a mapper needs every field of a row, not one text column.
     """
     if source.format == "parquet":
-        with open_raw(source.url, options.storage_options) as raw:
-            parquet = pq.ParquetFile(raw)
-            row = 0
-            for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-                start, end = max(row_start, row), min(row_end, row + record_batch.num_rows)
-                if start < end:
-                    rows = record_batch.slice(start - row, end - start).to_pylist()
-                    stats.rows += len(rows)
-                    yield list(zip(range(start, end), rows))
-                row += record_batch.num_rows
-                if row >= row_end:
-                    return
+        for first_row, record_batch in parquet_slices(source, row_start, row_end, options):
+            yield numbered_rows(first_row, record_batch, stats)
         return
-    rows = _jsonl_objects(source, row_start, row_end, options, stats)
-    yield from _batched((((row, record), size) for row, record, size in rows), options.batch_bytes)
+    rows = json_objects(numbered_lines(source, row_start, row_end, options), source, options, stats)
+    yield from batched((((row, record), size) for row, record, size in rows), options.batch_bytes)
+
+
+def parquet_slices(source: SourceFile, row_start: int, row_end: int,
+                   options: ReadOptions) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(first row, record batch) of rows ``[row_start, row_end)`` of a Parquet file: its record batches of
+    ``PARQUET_BATCH_ROWS`` rows, the first and last cut at the range's ends."""
+    with open_raw(source.url, options.storage_options) as raw:
+        parquet = pq.ParquetFile(raw)
+        row = 0
+        for record_batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            start, end = max(row_start, row), min(row_end, row + record_batch.num_rows)
+            if start < end:
+                yield start, record_batch.slice(start - row, end - start)
+            row += record_batch.num_rows
+            if row >= row_end:
+                return
+
+
+def numbered_rows(first_row: int, record_batch: pa.RecordBatch, stats: ReadStats) -> list[tuple[int, dict]]:
+    """(row, dict) of each row of a record batch that starts at row ``first_row``."""
+    rows = record_batch.to_pylist()
+    stats.rows += len(rows)
+    return list(zip(range(first_row, first_row + len(rows)), rows))
 
 
 def _json_problem(line: bytes) -> tuple[str, str]:

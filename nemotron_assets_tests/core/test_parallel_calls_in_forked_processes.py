@@ -241,3 +241,30 @@ print("wakeup fd:", list(os.read(read_end, 64)))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["stopped", f"wakeup fd: [{int(signal.SIGINT)}]"]  # the parent's own only
     assert done.stderr == ""
+
+
+def test_forked_pool_workers_end_when_their_parent_is_killed():
+    """``in_order``'s workers wait for tasks on a pipe they hold both ends of, so nothing would tell them that their
+    parent was killed (``kill -9``, or `ForkedCalls.close` killing a shard build that normalizes on two cores): the
+    kernel kills them with it."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, time\n"
+         "from nemotron_assets.core.workers import in_order\n"
+         "def task(i):\n"
+         "    time.sleep(0.05)\n"
+         "    return os.getpid()\n"
+         "workers = set()\n"
+         "for pid in in_order(task, [(i,) for i in range(100_000)], 2, start='fork'):\n"
+         "    workers.add(pid)\n"
+         "    if len(workers) == 2:\n"
+         "        print(*workers, flush=True)\n"
+         "        time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2
+        parent.kill()
+        parent.wait()
+        wait_for(lambda: all(process_ended(pid) for pid in workers), "the workers to end with their parent")
+    finally:
+        parent.kill()

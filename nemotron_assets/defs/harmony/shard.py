@@ -84,7 +84,8 @@ def shard_build(dataset: HarmonyDataset, manifest: SourceManifest, key: ShardKey
     def build(folder: Path, log, cores: int) -> Staged:
         staged = folder / "shard.parquet"
         stats = build_harmony_shard(manifest, key.index, dataset.family, dataset.split, dataset.read, staged,
-                                    messages_field=dataset.messages_field, tools_field=dataset.tools_field)
+                                    messages_field=dataset.messages_field, tools_field=dataset.tools_field,
+                                    cores=cores)
         if stats.dropped:
             log(f"{key}: {sum(stats.dropped.values()):,} row(s) not written (unreadable, or skipped by their "
                 f"family): {dict(stats.dropped)}; first: {stats.examples[0]}")
