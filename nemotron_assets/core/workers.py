@@ -28,6 +28,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -104,12 +105,14 @@ class ForkedCalls:
         """The return value of call ``name``, or its exception raised here."""
         if name not in self._calls:
             raise KeyError(f"no call named {name!r}")
-        while name not in self._ended:
-            if not self._workers:
-                raise RuntimeError(f"no process is left to run {name!r}")
-            ready = wait([worker.connection for worker in self._workers])
-            for worker in [w for w in self._workers if w.connection in ready]:
-                self._receive(worker)
+        with _signals_noted() as noted:
+            while name not in self._ended:
+                if not self._workers:
+                    raise RuntimeError(f"no process is left to run {name!r}")
+                ready = wait([worker.connection for worker in self._workers], timeout=SIGNAL_CHECK_SECONDS)
+                _handle_again_if_lost(noted)
+                for worker in [w for w in self._workers if w.connection in ready]:
+                    self._receive(worker)
         succeeded, value = self._ended.pop(name)
         del self._calls[name]
         if not succeeded:
@@ -192,6 +195,49 @@ def _serve(calls: dict[str, Call], connection: Connection, parents_ends: list[Co
     except (EOFError, ConnectionError):
         return
     connection.close()
+
+
+#: How often a wait for forked calls looks whether a signal's exception was lost (`_signals_noted`).
+SIGNAL_CHECK_SECONDS = 0.25
+
+
+@contextlib.contextmanager
+def _signals_noted() -> Iterator[list[tuple[int, Callable]]]:
+    """While this (main) thread waits for forked calls: each SIGINT or SIGTERM is noted, with the handler it found,
+    before that handler runs.
+
+    A handler that raises (Dagster's, inside a step: the run is interrupted) raises wherever Python happens to be
+    when the signal is handled. When that is a ``__del__`` or a weakref callback (SQLAlchemy's, during a garbage
+    collection), Python prints "Exception ignored" and goes on: the builds would run to their end. So the wait calls
+    the handler again itself (`_handle_again_if_lost`); when the first call's exception did get through, the wait
+    has already ended and nothing is called twice."""
+    noted: list[tuple[int, Callable]] = []
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield noted
+        return
+    found = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def noting(signum: int, frame) -> None:
+        noted.append((signum, found[signum]))
+        found[signum](signum, frame)
+
+    for signum, handler in found.items():
+        if callable(handler):
+            signal.signal(signum, noting)
+    try:
+        yield noted
+    finally:
+        for signum, handler in found.items():
+            if callable(handler) and signal.getsignal(signum) is noting:
+                signal.signal(signum, handler)
+
+
+def _handle_again_if_lost(noted: list[tuple[int, Callable]]) -> None:
+    """Run the handler of a signal noted while waiting (its exception, if it raised one, was lost: else the wait
+    would have ended)."""
+    if noted:
+        signum, handler = noted.pop(0)
+        handler(signum, None)
 
 
 @contextlib.contextmanager

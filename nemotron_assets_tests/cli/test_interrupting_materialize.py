@@ -154,6 +154,8 @@ def test_a_signal_stops_the_build_keeps_committed_shards_and_a_rerun_completes(e
     assert "interrupted" in _failure_message(env["DAGSTER_HOME"], runs[-1].run_id)  # recorded why, not retried
     time.sleep(1)
     assert not [pid for pid in builders if _alive(pid)], "forked builds outlived the command"
+    if signum != signal.SIGINT:  # what follows depends on the state left, not on the signal: checked once
+        return
 
     again = _cli(env, "materialize", "big", "--shards-per-run", "2")
     assert again.returncode == 0, again.stderr[-3000:]

@@ -10,6 +10,7 @@ import sys
 import dagster as dg
 import pytest
 
+from nemotron_assets.cli import main
 from nemotron_assets_tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -60,17 +61,6 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
     assert "wiki/shard_00001: up to date" in again.stderr
 
 
-def test_dagster_cli_materializes_one_partition(cli_env, tmp_path):
-    done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
-                 "--select", "sample/source_split", "--partition", "code"], cli_env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "data" / "sample" / "sources" / "code" / "manifest.json").exists()
-    done = _run(["-m", "dagster", "asset", "materialize", "-m", "nemotron_assets.definitions",
-                 "--select", "sample/pretrain_shard", "--partition", "code/shard_00000"], cli_env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "data" / "sample" / "pretrain" / "code" / "shard_00000.idx").exists()
-
-
 def test_dagster_logs_alone_prints_the_event_log_and_the_default_does_not(cli_env):
     # The multiprocess executor's step process logs STEP_WORKER_STARTED before it has the run's loggers, through
     # Dagster's own console logger (core/runs.py terminal_instance): shown with the event log, not in the default.
@@ -84,16 +74,21 @@ def test_dagster_logs_alone_prints_the_event_log_and_the_default_does_not(cli_en
     assert " - dagster - " not in compact.stderr, compact.stderr[-2000:]  # no line in Dagster's own format
 
 
-def test_unknown_blend_partition_and_deployment_fail_with_a_clear_message_and_exit_2(cli_env):
-    done = _run(["-m", "nemotron_assets", "materialize", "nosuch"], cli_env)
-    assert done.returncode == 2 and "no blend 'nosuch'" in done.stderr and "sample" in done.stderr
-    done = _run(["-m", "nemotron_assets", "materialize", "sample", "--partition", "nosuch"], cli_env)
-    assert done.returncode == 2 and "unknown dataset 'nosuch'" in done.stderr
-    done = _run(["-m", "nemotron_assets", "materialize", "sample", "--scale", "tiny", "--max-rows", "5"], cli_env)
-    assert done.returncode == 2 and "either a scale" in done.stderr
-    for command in (["materialize", "sample"], ["status"], ["verify", "sample"]):
-        done = _run(["-m", "nemotron_assets", *command], dict(cli_env, NEMOTRON_DEPLOYMENT="locall"))
-        assert done.returncode == 2 and "NEMOTRON_DEPLOYMENT='locall' is not one of" in done.stderr, command
+def test_unknown_blend_partition_and_deployment_fail_with_a_clear_message_and_exit_2(deployment, monkeypatch, capsys):
+    """In this process: the exit status is what ``main`` returns (``run`` exits with it: test_status_and_verify.py)."""
+    def command(*argv: str) -> tuple[int, str]:
+        return main(list(argv)), capsys.readouterr().err
+
+    code, err = command("materialize", "nosuch")
+    assert code == 2 and "no blend 'nosuch'" in err and "sample" in err
+    code, err = command("materialize", "sample", "--partition", "nosuch")
+    assert code == 2 and "unknown dataset 'nosuch'" in err
+    code, err = command("materialize", "sample", "--scale", "tiny", "--max-rows", "5")
+    assert code == 2 and "either a scale" in err
+    monkeypatch.setenv("NEMOTRON_DEPLOYMENT", "locall")
+    for argv in (["materialize", "sample"], ["status"], ["verify", "sample"]):
+        code, err = command(*argv)
+        assert code == 2 and "NEMOTRON_DEPLOYMENT='locall' is not one of" in err, argv
 
 
 def test_bad_blend_file_names_the_file_and_key(cli_env, tmp_path):
@@ -147,6 +142,9 @@ def test_dagster_cli_builds_a_datasets_shards_in_one_run_over_a_partition_range(
     assert "building 3 shard(s) in 2 processes" in done.stderr
     assert sorted(p.name for p in (tmp_path / "data" / "sample" / "pretrain" / "wiki").glob("*.bin")) == [
         "shard_00000.bin", "shard_00001.bin", "shard_00002.bin"]
+    done = _run([*dagster, "--select", "sample/pretrain_shard", "--partition", "code/shard_00000"], cli_env)
+    assert done.returncode == 0, done.stderr[-3000:]  # one partition, as the UI's Materialize button launches it
+    assert (tmp_path / "data" / "sample" / "pretrain" / "code" / "shard_00000.idx").exists()
     ours = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split,pretrain_shard",
                  "--partition", "wiki"], dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / "ours")))
     assert ours.returncode == 0, ours.stderr[-3000:]

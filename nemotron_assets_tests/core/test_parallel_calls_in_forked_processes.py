@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -268,3 +269,38 @@ def test_forked_pool_workers_end_when_their_parent_is_killed():
         wait_for(lambda: all(process_ended(pid) for pid in workers), "the workers to end with their parent")
     finally:
         parent.kill()
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_signal_whose_exception_python_ignored_still_ends_the_wait():
+    """A handler that raises (Dagster's, in a step) may be run inside a ``__del__`` or a weakref callback, where
+    Python prints "Exception ignored" and goes on: the wait for the builds runs the handler again itself."""
+    def slow_call(report):
+        report("started")
+        time.sleep(10)
+        return "finished"
+
+    class DiesSlowly:
+        def __del__(self):
+            time.sleep(0.5)  # the signal lands here: its handler's exception is ignored
+
+    def on_message(_name, _message):
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        DiesSlowly()  # gone at once: __del__ runs here, in the wait
+
+    def interrupt(signum, frame):
+        raise _Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        started = time.monotonic()
+        with ForkedCalls({"slow": slow_call}, 1, on_message=on_message) as calls:
+            with pytest.raises(_Interrupted):
+                calls.result("slow")
+        assert time.monotonic() - started < 3  # not the call's 10 s
+        assert signal.getsignal(signal.SIGTERM) is interrupt  # the handler the wait found is back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
