@@ -1,4 +1,12 @@
-"""One pretraining shard: its rows of the source files -> a Megatron ``.bin``/``.idx`` pair (formats/megatron.py).
+"""The ``pretrain_shard`` asset, top to bottom: one pretraining shard, its rows of the source files -> a Megatron
+``.bin``/``.idx`` pair (formats/megatron.py), one partition per dataset shard (``<dataset>/shard_NNNNN``), with its
+three checks (checks.py).
+
+A run of the asset takes any range of shards (``BackfillPolicy.single_run()``): it decides which are up to date,
+loads the tokenizer once, builds the others at the same time in processes forked from the step, and commits and
+reports each in partition order (core/step.py ``ShardRun``). So ``dagster asset materialize --select
+<blend>/pretrain_shard --partition-range <dataset>/shard_00000...<dataset>/shard_NNNNN`` builds a whole dataset in
+one run, in parallel, as the command line does.
 
 What decides the shard's bytes (its receipt's ``inputs``, core/records.py):
 
@@ -41,6 +49,7 @@ reference (never a silent divergence).
 """
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -50,19 +59,38 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import dagster as dg
 import numpy as np
+from pydantic import Field
 
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey
-from nemotron_assets.core.step import Output, ShardBuild, Staged
+from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets.core.pipeline import Assets, BlendScope
+from nemotron_assets.core.records import NotReady, require_manifest
+from nemotron_assets.core.reporting import (
+    CheckOutcome,
+    histogram_markdown,
+    materialize_partitions,
+    outcome_metadata,
+    partitioned_asset,
+    permanent_errors_fail_at_once,
+    recorded_metadata,
+    retry_transient_errors,
+)
+from nemotron_assets.core.resources import StorageResource
+from nemotron_assets.core.step import Outcome, Output, ShardBuild, ShardRun, Staged
+from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.pretrain.checks import CHECKS, check_shard
 from nemotron_assets.defs.pretrain.layout import field_suffixes, receipt_names, shard_prefix
+from nemotron_assets.defs.pretrain.lineage import log_shard_lineage
 from nemotron_assets.defs.sources.manifest import read_options
 from nemotron_assets.formats.megatron import DType, IndexedDatasetWriter, dtype_for_vocab
 from nemotron_assets.sources.files import is_remote
 from nemotron_assets.sources.manifest import SourceManifest, iter_shard_texts
 from nemotron_assets.sources.prefetch import InOrderThread, map_in_threads, prefetch
 from nemotron_assets.sources.readers import ReadOptions, ReadStats
-from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, ModelFileTokenizer
+from nemotron_assets.tokenize.documents import DocumentOptions, LoadedTokenizer, ModelFileTokenizer, cached_tokenizer
 from nemotron_assets.tokenize.encoders import first_mismatch
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_any_tokenizer, vocab_size
 from nemotron_assets.tokenize.long_documents import LONG_DOCUMENT_CHARS, LongDocuments, check_sample
@@ -77,6 +105,139 @@ TOKENIZE_THREADS = min(4, len(os.sched_getaffinity(0)))  # batches tokenized at 
 HISTOGRAM_BUCKETS = 24  # token-length buckets [2^k, 2^(k+1)) for k < 24, the last one open
 
 
+# --- the asset ----------------------------------------------------------------------------------------------
+class ShardConfig(dg.Config):
+    force: bool = Field(False, description="Rebuild shards even when their receipt says they are up to date.")
+    tokenizer_backend: str = Field("auto", description="auto (fastest exact backend), hf or fastokens.")
+    build_processes: int = Field(0, description="Shards of this run built at the same time, each in a process forked "
+                                                "from the step: 0 = one per core (at most 8); 1 = one after the "
+                                                "other in the step.")
+
+
+def pretrain_shard_asset(blend_scope: BlendScope, upstream: Assets) -> dg.AssetsDefinition:
+    """``pretrain_shard`` of one blend's full build (or of its samples), after ``upstream["source_split"]``."""
+    blend, scope = blend_scope.blend, blend_scope.scope
+    shard_key = dg.AssetKey(scope.key("pretrain_shard"))
+
+    @partitioned_asset(
+        scope.key("pretrain_shard"), group=scope.group, partitions_def=scope.dynamic("pretrain_shards"),
+        kinds={"megatron"}, deps=[dg.AssetDep(upstream["source_split"], partition_mapping=dg.AllPartitionMapping())],
+        checks=CHECKS, backfill_policy=dg.BackfillPolicy.single_run(),
+        description="Tokenizes one shard of a dataset into a Megatron .bin/.idx pair (byte-identical to "
+                    "Megatron-LM tools/preprocess_data.py --append-eod), then checks it.",
+    )
+    @retry_transient_errors
+    def pretrain_shard(context: dg.AssetExecutionContext, config: ShardConfig, storage: StorageResource,
+                       lineage: WandbLineage):
+        store = storage.get()
+        settings = PretrainSettings.of(blend, config.tokenizer_backend)
+        manifests: dict[str, SourceManifest] = {}
+        built: list[tuple[str, dict]] = []
+        loaded = functools.cache(functools.partial(load_tokenizer, context, settings))  # once per step
+
+        def build(partition: str) -> dict:
+            outcome = run.outcome(partition)
+            stats = outcome.receipt.stats
+            context.log.info(f"{partition}: {outcome.status}, {stats['documents']:,} documents, "
+                             f"{stats['tokens']:,} tokens")
+            sample, _ = scope.split(partition)
+            metadata = shard_metadata(outcome, store.url(shard_prefix(scope.base(sample), ShardKey.parse(
+                outcome.key))))
+            built.append((outcome.key, metadata))
+            return metadata
+
+        def check(partition: str) -> list[CheckOutcome]:
+            sample, shard = scope.split(partition)
+            recorded = recorded_metadata(context.instance, shard_key, partition)
+            problems = check_shard(store, shard_prefix(scope.base(sample), ShardKey.parse(shard)), recorded)
+            return [CheckOutcome(name, not problem, {"problem": problem or "none"})
+                    for name, problem in problems.items()]
+
+        try:
+            with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes,
+                          prepare=loaded) as run:
+                if shard_key in context.selected_asset_keys:  # not when only the checks run
+                    run.plan(shard_builds(store, settings, scope, context.partition_keys, manifests, loaded))
+                yield from materialize_partitions(context, shard_key, context.partition_keys, build, check)
+        finally:
+            if not scope.samples and built:
+                log_shard_lineage(lineage, context, store, blend.name, built, manifests)
+
+    return pretrain_shard
+
+
+def load_tokenizer(context: dg.AssetExecutionContext,
+                   settings: "PretrainSettings") -> LoadedTokenizer | ModelFileTokenizer:
+    """The step's tokenizer, loaded once per process and setting; a bad tokenizer fails the step, located."""
+    with permanent_errors_fail_at_once():
+        tokenizer = cached_tokenizer(settings.tokenizer_model, settings.tokenizer_revision, settings.documents,
+                                     settings.tiktoken)
+    context.log.info(f"tokenizer {settings.tokenizer_model}: vocab {tokenizer.vocab_size:,}, backend "
+                     f"{tokenizer.backend} ({tokenizer.backend_reason})")
+    return tokenizer
+
+
+def shard_builds(store: Storage, settings: "PretrainSettings", scope, partitions: list[str],
+                 manifests: dict[str, SourceManifest], loaded) -> dict[str, ShardBuild | Exception]:
+    """Each partition's shard in its dataset's current plan; a partition that has none gets its error, which its own
+    outcome raises (the others go on)."""
+    tokenizer = None
+    builds: dict[str, ShardBuild | Exception] = {}
+    for partition in partitions:
+        sample, shard = scope.split(partition)
+        key = ShardKey.parse(shard)
+        try:
+            if key.dataset not in manifests:
+                manifests[key.dataset] = require_manifest(store, settings.blend, scope.base(sample), key.dataset)
+            manifest = manifests[key.dataset]
+            if key.index >= len(manifest.shards):
+                raise NotReady(f"the current plan of {key.dataset!r} has only {len(manifest.shards)} shard(s); "
+                               f"re-materialize {settings.blend}/source_split")
+            if tokenizer is None:
+                with permanent_errors_fail_at_once():
+                    tokenizer = settings.tokenizer_identity()
+            builds[partition] = shard_build(settings, manifest, key, scope.base(sample), tokenizer, loaded)
+        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
+            builds[partition] = exc
+    return builds
+
+
+# --- its metadata -----------------------------------------------------------------------------------------------
+def shard_metadata(outcome: Outcome, prefix_url: str) -> dict:
+    stats = outcome.receipt.stats
+    return {
+        **outcome_metadata(outcome),
+        "seconds": dg.MetadataValue.float(round(outcome.seconds, 3)),
+        "prefix": dg.MetadataValue.path(prefix_url),
+        "rows": dg.MetadataValue.int(stats["rows"]),
+        "documents": dg.MetadataValue.int(stats["documents"]),
+        "empty_documents": dg.MetadataValue.int(stats["empty_documents"]),
+        "tokens": dg.MetadataValue.int(stats["tokens"]),
+        "dropped_by_reason": dg.MetadataValue.json(stats["dropped"]),
+        "dropped_examples": dg.MetadataValue.md("\n".join(f"- {e}" for e in stats.get("dropped_examples", []))
+                                                or "none"),
+        "bin_bytes": dg.MetadataValue.int(stats["bin_bytes"]),
+        "idx_bytes": dg.MetadataValue.int(stats["idx_bytes"]),
+        "bin_sha256": dg.MetadataValue.text(stats["bin_sha256"]),
+        "idx_sha256": dg.MetadataValue.text(stats["idx_sha256"]),
+        "min_doc_tokens": dg.MetadataValue.int(stats["min_doc_tokens"]),
+        "mean_doc_tokens": dg.MetadataValue.float(float(stats["mean_doc_tokens"])),
+        "max_doc_tokens": dg.MetadataValue.int(stats["max_doc_tokens"]),
+        "token_histogram": dg.MetadataValue.md(histogram_markdown(stats["histogram"])),
+        "dtype": dg.MetadataValue.text(stats["dtype"]),
+        "tokenizer_backend": dg.MetadataValue.text(stats["backend"]),
+        "long_documents": dg.MetadataValue.json(stats.get("long_documents", {})),
+        "vocab_size": dg.MetadataValue.int(stats["vocab_size"]),
+        # a list text_field: the counts above are its first field's; each field's tokens and files' prefix
+        **({"tokens_by_field": dg.MetadataValue.json({name: field["tokens"]
+                                                      for name, field in stats["fields"].items()}),
+            "field_prefixes": dg.MetadataValue.json({name: prefix_url + field["suffix"]
+                                                     for name, field in stats["fields"].items()})}
+           if "fields" in stats else {}),
+    }
+
+
+# --- what decides a shard's bytes -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PretrainSettings:
     """What of the blend the pretraining steps use: the tokenizer, how texts become documents, the dtype."""
