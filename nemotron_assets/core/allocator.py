@@ -1,5 +1,6 @@
-"""Memory settings of the processes that build: glibc's ``malloc`` (few arenas, large blocks kept for reuse), and
-Python's cycle collector paused while a step makes many objects and no cycles (`collector_paused`).
+"""Memory settings of the processes that build: glibc's ``malloc`` (few arenas, large blocks kept for reuse), the
+freed memory given back when a step ends (`give_back_free_memory`), and Python's cycle collector paused while a step
+makes many objects and no cycles (`collector_paused`).
 
 Both are glibc's documented tunables (``man 3 mallopt``), set by every step that builds (core/reporting.py
 ``materialize_partitions``), whoever launched its run; the processes it forks (the builds of a run's shards) inherit
@@ -47,17 +48,40 @@ def tune_malloc_for_builds() -> list[str]:
     return applied
 
 
+def give_back_free_memory() -> None:
+    """Return to the system the memory this process has freed: what glibc keeps at its heap's top (up to
+    ``TRIM_THRESHOLD``, kept for speed while a step builds) and what Arrow's allocator keeps of freed buffers.
+
+    Every building step does it when it ends (core/reporting.py ``retry_transient_errors``): the command line runs
+    a blend's steps one after the other in one process, and without it a step started from the last one's peak, and
+    so did the builds it forks (a forked process counts the pages it shares in its RSS). On the whole-corpus chat
+    SFT bench the largest process then peaked above 1 GiB in ``sft_packed`` (bench/README.md)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    trim = _libc("malloc_trim")
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        trim(0)
+
+
 def _mallopt():
     """glibc's ``mallopt``, or None (not Linux, or a C library without it). Looked up among the symbols this process
     has loaded already (``CDLL(None)``): ``ctypes.util.find_library`` would run ``ldconfig`` at every command start."""
+    mallopt = _libc("mallopt")
+    if mallopt is not None:
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
+
+
+def _libc(name: str):
+    """A glibc function by ``name``, or None (not Linux, or a C library without it)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        mallopt = ctypes.CDLL(None).mallopt
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError, TypeError):
         return None
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
 
 
 @contextlib.contextmanager

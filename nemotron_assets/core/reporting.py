@@ -33,7 +33,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from nemotron_assets.core.allocator import tune_malloc_for_builds
+from nemotron_assets.core.allocator import give_back_free_memory, tune_malloc_for_builds
 from nemotron_assets.core.records import NotReady
 from nemotron_assets.sources.errors import InputError
 
@@ -77,7 +77,10 @@ def retry_transient_errors(compute: Callable) -> Callable:
 
     Not a Dagster ``RetryPolicy``: under a policy, Dagster also retries a step that was *interrupted*, so Ctrl-C or
     terminating the run in the UI would start the build over. Here only exceptions are retried; an interrupt is a
-    ``BaseException`` and passes through, so Dagster ends the run as interrupted."""
+    ``BaseException`` and passes through, so Dagster ends the run as interrupted.
+
+    When the step ends, however it ends, the memory it freed goes back to the system (core/allocator.py
+    ``give_back_free_memory``)."""
 
     def again(context, exc: Exception) -> None:
         if describe_failure(exc)[1]:  # Dagster counts the attempts, and fails "Exceeded max_retries" at the end
@@ -92,6 +95,8 @@ def retry_transient_errors(compute: Callable) -> Callable:
             except Exception as exc:
                 again(context, exc)
                 raise
+            finally:
+                give_back_free_memory()
         return steps
 
     @functools.wraps(compute)
@@ -101,6 +106,8 @@ def retry_transient_errors(compute: Callable) -> Callable:
         except Exception as exc:
             again(context, exc)
             raise
+        finally:
+            give_back_free_memory()
     return step
 
 

@@ -45,3 +45,25 @@ def test_a_freed_large_block_is_reused_without_new_page_faults_once_tuned():
 def test_an_environment_that_sets_the_tunables_itself_keeps_them():
     applied, faults = _faults_of_the_second_block("tuned", MALLOC_TRIM_THRESHOLD_="0")
     assert applied == "arenas" and faults > PAGES * 0.9
+
+
+GIVE_BACK = """
+import pyarrow  # what the give-back imports, loaded before measuring
+from nemotron_assets.core.allocator import give_back_free_memory, tune_malloc_for_builds
+def rss_mb():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) // 1024
+tune_malloc_for_builds()
+rows = [b"%06d" % i * 333 for i in range(100_000)]  # 200 MB in blocks malloc takes from its heap (Python's own
+del rows                                       # allocator keeps objects under 512 bytes elsewhere)
+kept = rss_mb()  # freed, but kept by glibc (up to TRIM_THRESHOLD at the heap's top)
+give_back_free_memory()
+print(kept, rss_mb())
+"""
+
+
+def test_a_step_that_ends_gives_back_the_memory_it_freed():
+    """What every building step does at its end (core/reporting.py retry_transient_errors): the next step run in the
+    same process, and the builds it forks, start from what is in use."""
+    done = subprocess.run([sys.executable, "-c", GIVE_BACK], capture_output=True, text=True, timeout=60, check=True)
+    kept, after = map(int, done.stdout.split())
+    assert kept - after > 150, (kept, after)

@@ -275,6 +275,7 @@ class _Interrupted(Exception):
     pass
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # what Python printed, on purpose
 def test_a_signal_whose_exception_python_ignored_still_ends_the_wait():
     """A handler that raises (Dagster's, in a step) may be run inside a ``__del__`` or a weakref callback, where
     Python prints "Exception ignored" and goes on: the wait for the builds runs the handler again itself."""

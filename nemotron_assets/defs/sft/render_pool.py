@@ -15,7 +15,6 @@ encodes nothing), forks the workers, which find the code imported and the files 
 off in a child forked after it was used. Each worker still checks fastokens against the reference itself.
 """
 
-import ctypes
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -23,6 +22,7 @@ from typing import TypeVar
 from nemotron_assets.chat.chat_format import ChatFormat, ChatFormatSpec, load_chat_format
 from nemotron_assets.chat.o200k import O200K_HARMONY
 from nemotron_assets.core import workers as processes
+from nemotron_assets.core.allocator import give_back_free_memory
 
 Result = TypeVar("Result")
 
@@ -83,7 +83,4 @@ def _forget_preloaded() -> None:
     from nemotron_assets.chat.tokenizers import forget_preloaded
 
     forget_preloaded()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the memory is reused by this process, not returned
-        pass
+    give_back_free_memory()
