@@ -32,16 +32,10 @@ demo: setup
 # Quick start 2: set up, install Debian's chromium and PostgreSQL when missing (apt-get: root, or sudo without a
 # password), lint, and run the whole test suite on two workers (pytest-xdist: each test has its own temp folders,
 # instance and ports, so two run side by side; a worker that runs out of tests takes some of the other's).
-# The tests' temporary files go to a memory-backed folder when /dev/shm has TEST_TMP_MIN_KB free: the suite writes
-# about 1 GB and commits thousands of sqlite transactions (Dagster's event log), each one synced to disk; on the
-# 2-core VM that was a quarter of a test file's time (bench/README.md). The folder is removed after the run.
-TEST_TMP_MIN_KB := 4194304
-SHM_ROOM := $(shell df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 && $$4 > $(TEST_TMP_MIN_KB) {print "yes"}')
 test: setup
 	bash .ci/install_system_deps.sh
 	$(BIN)/ruff check .
-	$(if $(SHM_ROOM),export TMPDIR=$$(mktemp -d /dev/shm/ntXXXX); trap 'rm -rf "$$TMPDIR"' EXIT INT TERM;) \
-		$(BIN)/python -m pytest -q -n 2 --dist worksteal
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 ui: setup
 	$(BIN)/dagster dev -w workspace.yaml

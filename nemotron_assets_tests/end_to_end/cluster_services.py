@@ -74,7 +74,7 @@ def postgres_server() -> Iterator[str]:
     if bin_dir is None:
         raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) are missing: run .ci/install_system_deps.sh")
     port = free_port()
-    root = Path(tempfile.mkdtemp(prefix="nemotron-pg-", dir="/tmp"))  # its unix socket path must fit 107 bytes
+    root = Path(tempfile.mkdtemp(prefix="nemotron-pg-"))
     data, logfile, pwfile = root / "data", root / "server.log", root / "pwfile"
     pwfile.write_text(POSTGRES_PASSWORD + "\n")
     owner = _server_owner()
@@ -119,7 +119,7 @@ def ray_head(env: dict[str, str], num_cpus: int = 2) -> Iterator[str]:
     picked free; yields the job-submission (dashboard) address. ``env`` is the nodes' environment: the Dagster
     settings must reach the run workers through the launcher's ``env_vars``, not through this."""
     ray = Path(sys.executable).with_name("ray")
-    root = Path(tempfile.mkdtemp(prefix="nemotron-ray-", dir="/tmp"))  # Ray's unix socket paths must fit 107 bytes
+    root = Path(tempfile.mkdtemp(prefix="nemotron-ray-"))  # short: Ray's unix socket paths must fit 107 bytes
     gcs, dashboard, client, agent = free_port(), free_port(), free_port(), free_port()
     node_env = dict(env, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     node_env.pop("RAY_ADDRESS", None)
