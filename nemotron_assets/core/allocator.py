@@ -59,7 +59,7 @@ def give_back_free_memory() -> None:
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
-    trim = _libc("malloc_trim")
+    trim = libc_function("malloc_trim")
     if trim is not None:
         trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
         trim(0)
@@ -68,14 +68,15 @@ def give_back_free_memory() -> None:
 def _mallopt():
     """glibc's ``mallopt``, or None (not Linux, or a C library without it). Looked up among the symbols this process
     has loaded already (``CDLL(None)``): ``ctypes.util.find_library`` would run ``ldconfig`` at every command start."""
-    mallopt = _libc("mallopt")
+    mallopt = libc_function("mallopt")
     if mallopt is not None:
         mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt
 
 
-def _libc(name: str):
-    """A glibc function by ``name``, or None (not Linux, or a C library without it)."""
+def libc_function(name: str):
+    """A C library function by ``name`` among the symbols this process has loaded (``CDLL(None)``), or None (not
+    Linux, or a C library without it)."""
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -21,13 +21,11 @@ order given, at most ``workers * ahead`` in flight (the SFT samples step renders
 """
 
 import contextlib
-import ctypes
 import gc
 import multiprocessing
 import os
 import pickle
 import signal
-import sys
 import threading
 import traceback
 from collections import deque
@@ -36,6 +34,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
+
+from nemotron_assets.core.allocator import libc_function
 
 PR_SET_PDEATHSIG = 1  # Linux's prctl.h
 Report = Callable[[Any], None]  # what a forked call uses to send a message (any picklable value) to its parent
@@ -332,11 +332,8 @@ def _killed_with_parent(parent: int) -> None:
     parent ``parent`` has gone already. A pool worker waits for its next task on a pipe whose other end it holds
     itself, so it would otherwise wait for ever after its parent was killed: e.g. a shard build forked by
     `ForkedCalls` that normalizes on two cores, killed by ``close``."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        prctl = ctypes.CDLL(None).prctl
-    except (OSError, AttributeError):
+    prctl = libc_function("prctl")
+    if prctl is None:
         return
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:

@@ -296,16 +296,22 @@ def json_objects(lines: Iterable[tuple[int, bytes]], source: SourceFile, options
     """(row, JSON object, line bytes) of each of ``source``'s numbered lines; bad lines raise or are counted."""
     for row, line in lines:
         stats.rows += 1
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            _bad_row(options, stats, source, row, *_json_problem(line))
-            continue
-        if not isinstance(record, dict):
-            _bad_row(options, stats, source, row, NOT_AN_OBJECT,
-                     f"expected a JSON object, got {type(record).__name__}")
-            continue
-        yield row, record, len(line)
+        record = _json_object(line, row, source, options, stats)
+        if record is not None:
+            yield row, record, len(line)
+
+
+def _json_object(line: bytes, row: int, source: SourceFile, options: ReadOptions, stats: ReadStats) -> dict | None:
+    """The line's JSON object, or None when it is not one (raised, or counted when on_error is skip)."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        _bad_row(options, stats, source, row, *_json_problem(line))
+        return None
+    if not isinstance(record, dict):
+        _bad_row(options, stats, source, row, NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
+        return None
+    return record
 
 
 def batched(sized_items: Iterator[tuple[object, int]], limit: int) -> Iterator[list]:
@@ -456,13 +462,8 @@ def _skip_lines(stream: BinaryIO, skip: int) -> bytes | None:
 def _refused_row(line: bytes, row: int, source: SourceFile, options: ReadOptions, stats: ReadStats) -> None:
     """Raise, or count under its reason, a row without a string text field: parse it again to say why (the first
     text field that is missing or not a string, when there are several)."""
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        _bad_row(options, stats, source, row, *_json_problem(line))
-        return
-    if not isinstance(record, dict):
-        _bad_row(options, stats, source, row, NOT_AN_OBJECT, f"expected a JSON object, got {type(record).__name__}")
+    record = _json_object(line, row, source, options, stats)
+    if record is None:
         return
     for key in _fields(options):
         if key not in record:
