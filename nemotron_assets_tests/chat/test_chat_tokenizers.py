@@ -1,6 +1,8 @@
 """Byte offsets (the fast path's char -> token map) equal Hugging Face ``tokenizers`` offsets, and the tokenizer
 paths choose and check themselves as documented."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -121,7 +123,25 @@ def test_literals_are_found_longest_first_and_whitespace_tokens_are_text():
     assert literals.tokens == ("<|a|>b", "<|a|>", "<x>")
     assert literals.first_in("x <|a|>b y <x>") == "<|a|>b"
     assert literals.first_in("one\n\ntwo <|a") is None
+    assert literals.first_in("<|<|a|> <x>") == "<|a|>"  # a prefix that starts no literal, then one that does
     assert TokenLiterals([]).first_in("<|a|>") is None
+
+
+LITERAL = st.text(alphabet="<|>ab", min_size=1, max_size=5)
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_the_first_literal_is_the_one_a_regex_of_every_literal_longest_first_finds(data):
+    """Found by prefix and length (no regex compiled when the literals share a prefix): the answer of Python's own
+    regex alternation, which takes the leftmost position and, there, the first alternative that matches."""
+    prefix = data.draw(st.sampled_from(["", "<|"]))
+    tokens = [prefix + token for token in data.draw(st.lists(LITERAL, min_size=1, max_size=8))]
+    noise = st.text(alphabet="<|>abc\n", max_size=3)
+    text = "".join(data.draw(st.lists(st.one_of(st.sampled_from(tokens), noise), max_size=8)))
+    literals = TokenLiterals(tokens)
+    expected = re.search("|".join(map(re.escape, literals.tokens)), text)
+    assert literals.first_in(text) == (expected.group() if expected else None)
 
 
 def test_llama3_literals_are_its_special_tokens():

@@ -3,6 +3,7 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nemotron_assets.chat import o200k
 from nemotron_assets.chat.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_PATTERN, o200k_harmony_encoding
 from nemotron_assets.formats.harmony import special_tokens as formats_special_tokens
 from nemotron_assets_tests.chat.render_reference import PIECES, as_list, chat_tokenizer, harmony_encoding
@@ -40,16 +41,33 @@ def test_pattern_and_specials_are_tiktokens_definition(monkeypatch):
 def test_ids_equal_openai_harmony_on_both_paths(texts):
     expected = [harmony_encoding().encode(text, allowed_special="all") for text in texts]
     assert [o200k_harmony_encoding().encode(text, allowed_special="all") for text in texts] == expected
-    for backend in ("auto", "reference"):
+    for backend in ("auto", "reference", "fastokens"):
         results = chat_tokenizer("o200k_harmony", backend).encode_batch(texts)
         assert [as_list(r.ids) for r in results] == expected
 
 
 def test_the_fast_path_is_used_and_proven():
-    tokenizer = chat_tokenizer("o200k_harmony")
+    tokenizer = chat_tokenizer("o200k_harmony", "fastokens")
     assert tokenizer.backend == "fastokens", tokenizer.backend_reason
     assert "matched tiktoken on every probe text" in tokenizer.backend_reason
     assert chat_tokenizer("o200k_harmony", "reference").backend == "tiktoken"
+
+
+def test_auto_loads_the_fast_path_only_once_tiktoken_has_tokenized_enough(monkeypatch):
+    """Loading fastokens' o200k takes about a second: ``auto`` tokenizes with tiktoken until the process has given
+    it ``FAST_PATH_AFTER_CHARS`` characters (a small input never waits for the load), then proves and uses fastokens;
+    the ids are the same either way."""
+    monkeypatch.setattr(o200k, "FAST_PATH_AFTER_CHARS", 100)
+    tokenizer = o200k.O200kHarmonyTokenizer("auto")
+    assert tokenizer.backend == "tiktoken" and "loads once tiktoken has tokenized 100" in tokenizer.backend_reason
+    texts = ["a😀 <|start|>x" * 5, "Größe: 21 °C" * 2]
+    expected = [harmony_encoding().encode(text, allowed_special="all") for text in texts]
+    assert [as_list(r.ids) for r in tokenizer.encode_batch(texts)] == expected  # 94 characters
+    assert tokenizer.backend == "tiktoken"
+    assert [as_list(r.ids) for r in tokenizer.encode_batch(texts)] == expected  # 188: past the threshold
+    assert tokenizer.backend == "fastokens", tokenizer.backend_reason
+    assert "matched tiktoken on every probe text" in tokenizer.backend_reason
+    assert o200k.O200kHarmonyTokenizer("auto").fast is None  # loaded per tokenizer, when its own input is large
 
 
 def test_offsets_of_split_characters():
