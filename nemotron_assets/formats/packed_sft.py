@@ -94,6 +94,9 @@ SAMPLES_SCHEMA = pa.schema([
     ("truncated", pa.bool_()),
 ])
 ROW_GROUP_BINS = 1000
+#: Bins decoded at a time when a packed shard is read back (its checks, the ``.npy``): decoding whole row groups of
+#: 1,000 bins at pack_size 8192 raised RSS by ~270 MB, batches of 100 bins by ~75 MB, in the same time (bench/README).
+READ_BATCH_BINS = 100
 _MAX_GROUP_VALUES = 1 << 30  # flush a row group early rather than overflow list<int32>'s 32-bit offsets
 BRIDGE_SHARD_GLOB = "shard_?????.parquet"
 MANIFEST_NAME = "manifest.json"
@@ -282,25 +285,28 @@ def write_laid_out_shard(bins: LaidOutBins, members: pa.Table, packed_path: Path
         return writer.close()
 
 
-def _column_rows(column: pa.ChunkedArray, dtype: str) -> Iterator[np.ndarray]:
-    for chunk in column.chunks:
-        offsets = chunk.offsets.to_numpy()
-        values = chunk.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-        for start, end in zip(offsets[:-1], offsets[1:]):
-            yield values[start:end]
+def _column_rows(column: pa.ListArray, dtype: str) -> Iterator[np.ndarray]:
+    offsets = column.offsets.to_numpy()
+    values = column.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    for start, end in zip(offsets[:-1], offsets[1:]):
+        yield values[start:end]
+
+
+def bin_batches(parquet: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+    """The bins of a packed shard, `READ_BATCH_BINS` at a time (``input_ids``, ``loss_mask``, ``seq_start_id``)."""
+    return parquet.iter_batches(batch_size=READ_BATCH_BINS, columns=list(PACKED_SCHEMA.names), use_threads=False)
 
 
 def iter_packed_bins(path: Path) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(input_ids, loss_mask, seq_start_id) of every bin of a packed shard, one row group in memory at a time."""
+    """(input_ids, loss_mask, seq_start_id) of every bin of a packed shard, `READ_BATCH_BINS` in memory at a time."""
     parquet = pq.ParquetFile(path)
-    missing = {"input_ids", "loss_mask", "seq_start_id"} - set(parquet.schema_arrow.names)
+    missing = set(PACKED_SCHEMA.names) - set(parquet.schema_arrow.names)
     if missing:
         raise ValueError(f"{path}: not a packed shard, missing column(s) {sorted(missing)}")
-    for group in range(parquet.num_row_groups):
-        table = parquet.read_row_group(group, columns=["input_ids", "loss_mask", "seq_start_id"])
-        yield from zip(_column_rows(table.column("input_ids"), "int32"),
-                       _column_rows(table.column("loss_mask"), "uint8"),
-                       _column_rows(table.column("seq_start_id"), "int32"))
+    for batch in bin_batches(parquet):
+        yield from zip(_column_rows(batch.column("input_ids"), "int32"),
+                       _column_rows(batch.column("loss_mask"), "uint8"),
+                       _column_rows(batch.column("seq_start_id"), "int32"))
 
 
 # --- the .npy of a split ---------------------------------------------------------------------------------------------

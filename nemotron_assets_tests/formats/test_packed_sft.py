@@ -16,7 +16,9 @@ import pytest
 
 from nemotron_assets.formats.packed_sft import (
     BRIDGE_SHARD_GLOB,
+    READ_BATCH_BINS,
     SplitSummary,
+    bin_batches,
     bridge_packing_metadata,
     iter_packed_bins,
     npy_from_shards,
@@ -297,6 +299,20 @@ def test_checks_catch_a_samples_file_that_disagrees_with_the_bins(tmp_path):
     pq.write_table(table.slice(1), listing)
     problems = packed_shard_problems(tmp_path / "shard_00000.parquet", listing, 512)
     assert problems and "expected (bin 0, offset 0" in problems[0]
+
+
+def test_a_shard_is_read_back_a_batch_of_bins_at_a_time_across_its_row_groups(tmp_path):
+    """Reading a shard back (its checks, the .npy) decodes `READ_BATCH_BINS` bins at a time, not whole row groups of
+    1,000: at pack_size 8192 a row group decoded at once cost ~270 MB of RSS."""
+    samples = [PackSample(f"s{i}", "d", i, np.arange(i, i + 5, dtype=np.int32), np.array([0, 0, 1, 1, 1], np.uint8))
+               for i in range(2500)]
+    bins, _ = packed(samples, pack_size=4)  # one sample per bin: row groups of 1000, 1000 and 500 bins
+    write_shard(tmp_path, bins)
+    batches = [batch.num_rows for batch in bin_batches(pq.ParquetFile(tmp_path / "shard_00000.parquet"))]
+    assert sum(batches) == 2500 and max(batches) == READ_BATCH_BINS < 1000
+    read = list(iter_packed_bins(tmp_path / "shard_00000.parquet"))
+    assert [[part.tolist() for part in bin_] for bin_ in read] == [
+        [b.input_ids.tolist(), b.loss_mask.tolist(), b.seq_start_id.tolist()] for b in bins]
 
 
 def test_iter_packed_bins_refuses_a_file_that_is_not_a_packed_shard(tmp_path):

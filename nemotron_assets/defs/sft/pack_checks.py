@@ -10,8 +10,9 @@
   developer, user or tool message is trained (the spans recorded at render time, `masked_roles.py`;
   `packing.masked_role_problems`).
 
-All three are first decided at once (`_all_pass`): one read of each committed file, compared as whole arrays
-with the shard the plan describes (the samples prepared as planned, end to end, masks shifted inside each sample).
+All three are first decided at once (`_all_pass`): one read of each committed file, the bins a batch at a time
+(`packed_sft.bin_batches`), compared with the shard the plan describes (the samples prepared as planned, end to end,
+masks shifted inside each sample).
 Those comparisons are at least as strict as the checks above (a shard passes them only if it is exactly the
 planned one), so a shard that passes them passes every check; any difference sends the shard through the checks
 above, which say what is wrong, sample by sample.
@@ -39,7 +40,7 @@ from nemotron_assets.defs.sft.pack_step import (
     stored_as_they_are,
     truncate_of,
 )
-from nemotron_assets.formats.packed_sft import iter_packed_bins, packed_shard_problems, stored_samples
+from nemotron_assets.formats.packed_sft import bin_batches, iter_packed_bins, packed_shard_problems, stored_samples
 from nemotron_assets.formats.packing import (
     PackSettings,
     PackStats,
@@ -201,13 +202,12 @@ def _planned_sample_by_sample(rows: pa.Table, samples: dict[tuple[str, int], Sto
                          span_bounds)
 
 
-def _list_parts(column: pa.ChunkedArray, dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """(offsets from 0, values) of a one-chunk list column without nulls, values cast as `iter_packed_bins` does."""
-    if column.num_chunks != 1 or column.null_count:
+def _list_parts(column: pa.ListArray, dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets from 0, values) of a list column without nulls, values cast as `iter_packed_bins` does."""
+    if column.null_count:
         return None
-    chunk = column.chunk(0)
-    offsets = chunk.offsets.to_numpy().astype(np.int64)
-    values = chunk.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(dtype, copy=False)
+    offsets = column.offsets.to_numpy().astype(np.int64)
+    values = column.values.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]].astype(dtype, copy=False)
     return offsets - offsets[0], values
 
 
@@ -230,8 +230,7 @@ def _all_pass(packed: Path, listing: Path, rows: pa.Table, samples: ShardSamples
     if not np.array_equal(listed[2], planned.lengths):
         return False
     first_bin = first_sample = first_value = 0
-    for group in range(parquet.num_row_groups):
-        bins = parquet.read_row_group(group, columns=["input_ids", "loss_mask", "seq_start_id"]).combine_chunks()
+    for bins in bin_batches(parquet):
         if not bins.num_rows:
             continue
         parts = [_list_parts(bins.column(name), dtype) for name, dtype in

@@ -350,7 +350,9 @@ def packed_build(store: Storage, blend: str, base: str, key: SftShardKey, plan: 
                  read_by_build: dict[str, ShardSamples]) -> ShardBuild:
     """Packed shard ``key`` under ``base``, as the current plan (its receipt: ``plan``) says: its output, and its
     build. A build in the step leaves the samples it read in ``read_by_build`` (by shard key), so the shard's checks,
-    run next, need not read the samples files again (pack_checks.check_packed_shard); a forked one cannot."""
+    run next, need not read the samples files again (pack_checks.check_packed_shard); a forked one cannot. Each
+    build first drops what an earlier one left there: a forked process builds shard after shard, and nothing takes
+    them there (the second build of a whole-corpus shard carried the first one's ~145 MB)."""
     output = Output(sft_packed_prefix(base, key), packed_inputs(plan, str(key)), "sft_packed", str(key),
                     extra={"blend": blend})
 
@@ -360,6 +362,7 @@ def packed_build(store: Storage, blend: str, base: str, key: SftShardKey, plan: 
             raise RuntimeError(f"the plan rows of {key} in {store.url(sft_plan_prefix(base) + '.parquet')} do not "
                                "match the plan's receipt: re-materialize the plan")
         packed_path, samples_path = folder / "shard.parquet", folder / "shard.samples.parquet"
+        read_by_build.clear()  # an earlier build's samples (docstring)
         with collector_paused():
             samples = read_samples(store, base, rows)
             built = build_packed_shard(rows, samples, settings_of(plan), truncate_of(plan), packed_path,

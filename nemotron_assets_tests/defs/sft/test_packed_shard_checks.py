@@ -8,6 +8,7 @@ import pytest
 
 from nemotron_assets.defs.sft import pack_checks
 from nemotron_assets.defs.sft.pack_step import SAMPLE_SCHEMA, ShardSamples
+from nemotron_assets.formats import packed_sft
 from nemotron_assets.formats.packing import PackSettings, PackStats, build_bin, plan_bins, prepare_sample
 from nemotron_assets_tests.formats.packing_stream import write_packed_shard
 
@@ -70,6 +71,17 @@ def rewrite(path, change):
 
 def test_the_planned_shard_passes_at_once(shard):
     assert all_pass(shard)
+
+
+@pytest.mark.parametrize("bins_per_batch", [1, 3])
+def test_a_shard_read_a_few_bins_at_a_time_passes_and_damage_in_a_later_batch_is_caught(shard, bins_per_batch,
+                                                                                        monkeypatch):
+    """The bins are compared with the planned samples one read batch at a time (`packed_sft.READ_BATCH_BINS`)."""
+    monkeypatch.setattr(packed_sft, "READ_BATCH_BINS", bins_per_batch)
+    assert pq.ParquetFile(shard[0]).metadata.num_rows > 3 * bins_per_batch
+    assert all_pass(shard)
+    rewrite(shard[0], lambda rows: rows[-1]["input_ids"].__setitem__(-1, rows[-1]["input_ids"][-1] + 1))
+    assert not all_pass(shard)
 
 
 @pytest.mark.parametrize("damage", [

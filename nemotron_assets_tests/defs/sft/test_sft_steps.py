@@ -20,9 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron_assets.core.records import receipt_path
+from nemotron_assets.core.records import read_receipt, receipt_path
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.sft.inputs import PackedSft
+from nemotron_assets.defs.sft.layout import SftShardKey, sft_plan_prefix
+from nemotron_assets.defs.sft.pack_step import packed_build
 from nemotron_assets.defs.sft.status import sft_problems, sft_states
 from nemotron_assets_tests.bridge_reader import load_like_bridge
 from nemotron_assets_tests.conftest import REPO
@@ -190,6 +192,20 @@ def planned_splits(out: Path) -> dict[tuple[str, str, int], str]:
         samples[f"{path.parent.name}/{path.stem}"] = [(r["dataset"], r["id"], r["sample"]) for r in table]
     return {samples[row["file"]][row["row"]]: row["split"]
             for row in pq.read_table(out / "sft" / "plan.parquet", columns=["split", "file", "row"]).to_pylist()}
+
+
+def test_a_process_building_shard_after_shard_keeps_only_the_last_ones_samples(built, tmp_path):
+    """A forked build process (core/step.py ``ShardRun``) takes shard after shard; the samples a build read are kept
+    for the shard's checks in the step, so each build drops those an earlier one left."""
+    full, _ = built
+    store, base = Storage(str(full.root)), full.blend.name
+    plan = read_receipt(store, sft_plan_prefix(base))
+    keys = sorted(plan.stats["shards"])
+    read_by_build: dict = {}
+    for key in keys:
+        (tmp_path / key).mkdir(parents=True)
+        packed_build(store, base, base, SftShardKey.parse(key), plan, read_by_build).build(tmp_path / key, print, 1)
+    assert len(keys) > 1 and list(read_by_build) == [keys[-1]]
 
 
 def test_holdout_adding_rows_never_moves_one(built):
