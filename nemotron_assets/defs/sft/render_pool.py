@@ -60,11 +60,17 @@ def in_order(function: Callable[..., Result], tasks: Iterable[tuple], spec: Chat
                                   initargs=(spec,), ahead=ahead, started=_forget_preloaded if forked else None)
 
 
+def forks_workers(spec: ChatFormatSpec) -> bool:
+    """Whether `in_order` would fork its workers for `spec` now (they start at once, the tokenizer parsed here)
+    rather than spawn them (a few seconds each): only on Linux, for tokenizer.json tokenizers, and while fastokens
+    has never been imported in this process (module docstring)."""
+    return sys.platform == "linux" and "fastokens" not in sys.modules and spec.tokenizer_model != O200K_HARMONY
+
+
 def _fork_after_preload(spec: ChatFormatSpec) -> bool:
-    """Whether the workers can be forked from this process (module docstring); if so, the tokenizer files are
-    parsed here first. Only on Linux, for tokenizer.json tokenizers, and while fastokens has never been imported in
-    this process (after this call it has: a process forks its render workers at most once)."""
-    if sys.platform != "linux" or "fastokens" in sys.modules or spec.tokenizer_model == O200K_HARMONY:
+    """Whether the workers can be forked from this process (`forks_workers`); if so, the tokenizer files are parsed
+    here first (after this call fastokens has been imported: a process forks its render workers at most once)."""
+    if not forks_workers(spec):
         return False
     from nemotron_assets.chat.tokenizers import preload_files
     from nemotron_assets.tokenize.loading import locate_tokenizer

@@ -145,3 +145,18 @@ def test_workers_forked_after_a_preload_write_the_bytes_one_process_writes(spec,
     for name in ("forked", "spawned"):
         assert (tmp_path / f"{name}.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
     assert report["stats"] == [one.as_dict()] * 2
+
+
+def test_a_shard_renders_on_every_core_from_4_mb_when_the_workers_fork_and_from_32_mb_when_they_spawn(monkeypatch):
+    """Forked workers start at once (the tokenizer parsed here first), spawned ones take seconds: a medium shard is
+    worth both cores only in the first case."""
+    from nemotron_assets.defs.sft import samples_step
+
+    monkeypatch.setattr(samples_step, "usable_cores", lambda: 2)
+    llama, harmony = ChatFormatSpec("chatml", "llama3"), ChatFormatSpec("harmony", "o200k_harmony")
+    monkeypatch.delitem(sys.modules, "fastokens", raising=False)  # a process that never loaded fastokens
+    assert [samples_step.render_workers(size, llama) for size in ((4 << 20) - 1, 4 << 20)] == [1, 2]
+    sizes = (4 << 20, (32 << 20) - 1, 32 << 20)
+    assert [samples_step.render_workers(size, harmony) for size in sizes] == [1, 1, 2]
+    monkeypatch.setitem(sys.modules, "fastokens", object())  # now loaded: workers would be spawned
+    assert [samples_step.render_workers(size, llama) for size in (4 << 20, 32 << 20)] == [1, 2]
