@@ -31,18 +31,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.records import (
+    NotReady,
     Receipt,
     freshness,
     output_path,
     rebuild_reason,
     receipt_path,
+    require_manifest,
     stored_path,
     write_receipt,
 )
 from nemotron_assets.core.storage import Storage, StoredFile, locate_os_errors
 from nemotron_assets.core.upgrade import upgrade
 from nemotron_assets.core.workers import ForkedCalls, Report, build_processes, usable_cores
+from nemotron_assets.sources.manifest import SourceManifest
 
 Log = Callable[[str], None]
 
@@ -199,6 +203,30 @@ class ShardBuild:
     forkable: bool = True
     together: tuple[Output, ...] = ()
     cost: int = 0
+
+
+def planned_shard_builds(store: Storage, blend: str, scope, partitions: list[str],
+                         manifests: dict[str, SourceManifest],
+                         build: Callable[[SourceManifest, ShardKey, str], "ShardBuild"]
+                         ) -> dict[str, "ShardBuild | Exception"]:
+    """Each partition's shard in its dataset's current plan, as ``build(manifest, key, base)`` makes it. A partition
+    whose dataset has no plan, or whose plan has no such shard (a re-plan made fewer), gets its error, which its own
+    outcome raises (the others go on). ``manifests`` keeps the plans read, by dataset, for the caller."""
+    builds: dict[str, ShardBuild | Exception] = {}
+    for partition in partitions:
+        sample, shard = scope.split(partition)
+        key = ShardKey.parse(shard)
+        try:
+            if key.dataset not in manifests:
+                manifests[key.dataset] = require_manifest(store, blend, scope.base(sample), key.dataset)
+            manifest = manifests[key.dataset]
+            if key.index >= len(manifest.shards):
+                raise NotReady(f"the current plan of {key.dataset!r} has only {len(manifest.shards)} shard(s); "
+                               f"re-materialize {blend}/source_split")
+            builds[partition] = build(manifest, key, scope.base(sample))
+        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
+            builds[partition] = exc
+    return builds
 
 
 class ShardRun:

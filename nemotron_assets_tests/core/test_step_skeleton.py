@@ -100,3 +100,28 @@ def test_a_run_forks_the_costliest_builds_first_and_commits_outputs_built_togeth
         again = {name: run.outcome(name).status for name in builds}
     assert again == {"small": "up to date", "large": "built", "middle": "up to date"}
     assert read_receipt(store, "large/b") is not None
+
+
+def test_a_partition_outside_its_datasets_current_plan_gets_its_own_error_and_the_others_are_planned(tmp_path):
+    """The one planning loop of the pretraining, Harmony and JSONL shard steps: a shard a re-plan no longer has, or
+    a dataset never planned, is that partition's error, naming what to materialize."""
+    from nemotron_assets.core.blend import Blend, DatasetEntry
+    from nemotron_assets.core.partitions import Scope
+    from nemotron_assets.core.records import NotReady, write_manifest
+    from nemotron_assets.core.step import planned_shard_builds
+    from nemotron_assets.defs.sources.manifest import build_manifest
+
+    (tmp_path / "wiki.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
+    entry = DatasetEntry(name="wiki", path="wiki.jsonl", num_shards=2)
+    blend = Blend(name="b", datasets=[entry])
+    store = Storage(str(tmp_path / "data"))
+    write_manifest(store, "b", build_manifest(blend, entry, tmp_path))
+    manifests = {}
+    builds = planned_shard_builds(store, "b", Scope("b"), ["wiki/shard_00001", "wiki/shard_00002", "code/shard_00000"],
+                                  manifests, lambda manifest, key, base: (manifest.dataset, key.index, base))
+    assert builds["wiki/shard_00001"] == ("wiki", 1, "b") and list(manifests) == ["wiki"]
+    assert isinstance(builds["wiki/shard_00002"], NotReady)
+    assert str(builds["wiki/shard_00002"]) == ("the current plan of 'wiki' has only 2 shard(s); re-materialize "
+                                               "b/source_split")
+    assert isinstance(builds["code/shard_00000"], NotReady) and "materialize b/source_split partition 'code'" in str(
+        builds["code/shard_00000"])

@@ -28,7 +28,7 @@ from nemotron_assets.core.reporting import (
     retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
+from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun, planned_shard_builds
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.dedup import repeated_ids
 from nemotron_assets.defs.harmony.downstream import (
@@ -274,20 +274,10 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 # --- the steps ------------------------------------------------------------------------------------------------
 def shard_builds(store: Storage, curation: Curation, scope, partitions: list[str],
                  manifests: dict[str, SourceManifest]) -> dict[str, ShardBuild | Exception]:
-    """Each partition's shard in its dataset's current plan; a partition that has none gets its error, which its own
-    outcome raises (the others go on)."""
-    builds: dict[str, ShardBuild | Exception] = {}
-    for partition in partitions:
-        sample, shard = scope.split(partition)
-        key = ShardKey.parse(shard)
-        try:
-            if key.dataset not in manifests:
-                manifests[key.dataset] = require_manifest(store, curation.blend, scope.base(sample), key.dataset)
-            builds[partition] = shard_build(curation.datasets[key.dataset], manifests[key.dataset], key,
-                                            scope.base(sample))
-        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
-            builds[partition] = exc
-    return builds
+    """Each partition's shard in its dataset's current plan (`core.step.planned_shard_builds`)."""
+    return planned_shard_builds(store, curation.blend, scope, partitions, manifests,
+                                lambda manifest, key, base: shard_build(curation.datasets[key.dataset], manifest, key,
+                                                                        base))
 
 
 # --- the checks (re-read what was committed) ------------------------------------------------------------------

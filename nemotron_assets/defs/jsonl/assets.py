@@ -23,7 +23,7 @@ from nemotron_assets.core.reporting import (
     retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun
+from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun, planned_shard_builds
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.assets import RebuildConfig, ShardRunConfig
 from nemotron_assets.defs.jsonl.files import shard_problems
@@ -72,7 +72,7 @@ def build_jsonl_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
         try:
             with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes) as run:
                 if shard_key in context.selected_asset_keys:
-                    run.plan(shard_builds(store, datasets, scope, context.partition_keys, manifests))
+                    run.plan(shard_builds(store, blend.name, datasets, scope, context.partition_keys, manifests))
                 yield from materialize_partitions(context, shard_key, context.partition_keys, build,
                                                   check=lambda partition: [check_files(store, scope, partition)])
         finally:
@@ -103,22 +103,11 @@ def build_jsonl_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
 
 
 # --- the step ---------------------------------------------------------------------------------------------------
-def shard_builds(store: Storage, datasets: dict[str, JsonlDataset], scope, partitions: list[str],
+def shard_builds(store: Storage, blend: str, datasets: dict[str, JsonlDataset], scope, partitions: list[str],
                  manifests: dict[str, SourceManifest]) -> dict[str, ShardBuild | Exception]:
-    """Each partition's shard in its dataset's current plan; a partition that has none gets its error, which its own
-    outcome raises (the others go on)."""
-    builds: dict[str, ShardBuild | Exception] = {}
-    for partition in partitions:
-        sample, shard = scope.split(partition)
-        key = ShardKey.parse(shard)
-        try:
-            dataset = datasets[key.dataset]
-            if key.dataset not in manifests:
-                manifests[key.dataset] = require_manifest(store, dataset.blend, scope.base(sample), key.dataset)
-            builds[partition] = shard_build(dataset, manifests[key.dataset], key, scope.base(sample))
-        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
-            builds[partition] = exc
-    return builds
+    """Each partition's shard in its dataset's current plan (`core.step.planned_shard_builds`)."""
+    return planned_shard_builds(store, blend, scope, partitions, manifests,
+                                lambda manifest, key, base: shard_build(datasets[key.dataset], manifest, key, base))
 
 
 def check_files(store: Storage, scope, partition: str) -> CheckOutcome:

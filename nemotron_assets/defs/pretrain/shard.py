@@ -67,7 +67,6 @@ from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.lineage import WandbLineage
 from nemotron_assets.core.pipeline import Assets, BlendScope
-from nemotron_assets.core.records import NotReady, require_manifest
 from nemotron_assets.core.reporting import (
     CheckOutcome,
     histogram_markdown,
@@ -79,7 +78,7 @@ from nemotron_assets.core.reporting import (
     retry_transient_errors,
 )
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.step import Outcome, Output, ShardBuild, ShardRun, Staged
+from nemotron_assets.core.step import Outcome, Output, ShardBuild, ShardRun, Staged, planned_shard_builds
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.pretrain.checks import CHECKS, check_shard
 from nemotron_assets.defs.pretrain.layout import field_suffixes, receipt_names, shard_prefix
@@ -179,27 +178,18 @@ def load_tokenizer(context: dg.AssetExecutionContext,
 
 def shard_builds(store: Storage, settings: "PretrainSettings", scope, partitions: list[str],
                  manifests: dict[str, SourceManifest], loaded) -> dict[str, ShardBuild | Exception]:
-    """Each partition's shard in its dataset's current plan; a partition that has none gets its error, which its own
-    outcome raises (the others go on)."""
-    tokenizer = None
-    builds: dict[str, ShardBuild | Exception] = {}
-    for partition in partitions:
-        sample, shard = scope.split(partition)
-        key = ShardKey.parse(shard)
-        try:
-            if key.dataset not in manifests:
-                manifests[key.dataset] = require_manifest(store, settings.blend, scope.base(sample), key.dataset)
-            manifest = manifests[key.dataset]
-            if key.index >= len(manifest.shards):
-                raise NotReady(f"the current plan of {key.dataset!r} has only {len(manifest.shards)} shard(s); "
-                               f"re-materialize {settings.blend}/source_split")
-            if tokenizer is None:
-                with permanent_errors_fail_at_once():
-                    tokenizer = settings.tokenizer_identity()
-            builds[partition] = shard_build(settings, manifest, key, scope.base(sample), tokenizer, loaded)
-        except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
-            builds[partition] = exc
-    return builds
+    """Each partition's shard in its dataset's current plan (`core.step.planned_shard_builds`), with the tokenizer's
+    identity read once, when the first partition has a plan."""
+    tokenizer: dict | None = None
+
+    def build(manifest: SourceManifest, key: ShardKey, base: str) -> ShardBuild:
+        nonlocal tokenizer
+        if tokenizer is None:
+            with permanent_errors_fail_at_once():
+                tokenizer = settings.tokenizer_identity()
+        return shard_build(settings, manifest, key, base, tokenizer, loaded)
+
+    return planned_shard_builds(store, settings.blend, scope, partitions, manifests, build)
 
 
 # --- its metadata -----------------------------------------------------------------------------------------------
