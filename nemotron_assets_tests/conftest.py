@@ -18,11 +18,25 @@ settings.register_profile("no_deadline", deadline=None)
 settings.load_profile("no_deadline")
 
 
-@pytest.fixture
-def instance():
+#: The event log of an in-process test instance, kept in memory. Dagster's sqlite event log (what DAGSTER_HOME's
+#: instance uses) opens a new database engine for every event and creates and stamps a database file for every run:
+#: ~4 ms an event and ~0.25 s a small run, about a sixth of the suite's CPU time when every in-process test used it.
+#: Runs and schedules stay in sqlite. A test whose runs write events from other processes (the multiprocess executor,
+#: the command line, the UI) uses a DAGSTER_HOME instance, as a user does.
+IN_MEMORY_EVENTS = {"event_log_storage": {"module": "dagster._core.storage.event_log",
+                                          "class": "InMemoryEventLogStorage"}}
+
+
+def quick_instance():
+    """A real Dagster instance in a temporary folder, its event log in memory (``IN_MEMORY_EVENTS``)."""
     import dagster as dg
 
-    with dg.instance_for_test() as test_instance:
+    return dg.instance_for_test(overrides=IN_MEMORY_EVENTS)
+
+
+@pytest.fixture
+def instance():
+    with quick_instance() as test_instance:
         yield test_instance
 
 

@@ -11,7 +11,8 @@ import dagster as dg
 import pytest
 
 from nemotron_assets.cli import main
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.commands import command_here
+from nemotron_assets_tests.conftest import REPO, quick_instance
 
 pytestmark = pytest.mark.slow
 
@@ -158,13 +159,13 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
     env = dict(cli_env, NEMOTRON_BLENDS_DIR=str(blends))
     first = _run(["-m", "nemotron_assets", "materialize", "posttrain_sample"], env)
     assert first.returncode == 0, first.stderr[-3000:]
-    status = json.loads(_run(["-m", "nemotron_assets", "status", "posttrain_sample", "--json"], env).stdout)
+    status = json.loads(command_here(env, "status", "posttrain_sample", "--json")[1])
     assert {o["state"] for o in status["blends"][0]["outputs"]} == {"done"}
 
     text = blends / "sample_data" / "posttrain" / "text.jsonl"
     text.write_text(text.read_text().replace("e", "E", 1))  # one changed character in one dataset
     _run(["-m", "nemotron_assets", "materialize", "posttrain_sample", "--select", "source_split"], env)
-    report = json.loads(_run(["-m", "nemotron_assets", "status", "posttrain_sample", "--json"], env).stdout)
+    report = json.loads(command_here(env, "status", "posttrain_sample", "--json")[1])
     datasets = {d["dataset"]: d for d in report["blends"][0]["datasets"]}
     assert list(datasets["text"]["stale"]) == ["text/shard_00000"]
     assert all(d["done"] == d["planned"] for name, d in datasets.items() if name != "text")
@@ -173,10 +174,10 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
     assert all(state == "done" for (asset, key), state in outputs.items() if asset == "harmony_dedup" and key != "text")
     assert all(state == "stale" for (asset, _), state in outputs.items()
                if asset in ("candidate_pool", "embedding_view", "behavior_report"))
-    verify = _run(["-m", "nemotron_assets", "verify", "posttrain_sample"], env)
-    assert verify.returncode == 1
+    code, problems, _ = command_here(env, "verify", "posttrain_sample")
+    assert code == 1
     assert f"{tmp_path / 'data' / 'posttrain_sample' / 'harmony' / 'text' / 'shard_00000.parquet'}: stale: " \
-           "built with source=" in verify.stdout
+           "built with source=" in problems
 
     again = _run(["-m", "nemotron_assets", "materialize", "posttrain_sample"], env)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -198,7 +199,7 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
     assert {step: len(up_to_date[step]) for step in ("harmony_shard", "harmony_dedup", "sft_samples")} \
         == dict.fromkeys(("harmony_shard", "harmony_dedup", "sft_samples"), 10)
     assert "text/shard_00000" not in up_to_date["harmony_shard"] + up_to_date["sft_samples"]
-    assert _run(["-m", "nemotron_assets", "verify", "posttrain_sample"], env).returncode == 0
+    assert command_here(env, "verify", "posttrain_sample")[0] == 0
 
 
 def test_a_jsonl_sample_runs_source_split_then_jsonl_shard_then_jsonl_manifest(cli_env, tmp_path):
@@ -245,7 +246,7 @@ def test_failed_asset_checks_are_listed_from_the_runs_event_log():
         yield from materialize_partitions(context, dg.AssetKey("numbers"), context.partition_keys,
                                           build=lambda partition: {}, check=check)
 
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         run_ids = [dg.materialize([numbers], instance=instance, partition_key=key).run_id for key in ("a", "b")]
         assert failed_asset_checks(instance, run_ids) == ["numbers b even: row 3 is odd"]
         assert failed_asset_checks(instance, run_ids[:1]) == []

@@ -4,7 +4,6 @@ each test damages a copy of it the way a disk, a person or a bug would, and chec
 import dataclasses
 import shutil
 
-import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
@@ -13,6 +12,7 @@ from nemotron_assets.core.records import read_receipt, write_receipt
 from nemotron_assets.core.sections import POOL_NAMES, CurationSettings
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.defs.harmony.views import VIEWS
+from nemotron_assets_tests.conftest import quick_instance
 from nemotron_assets_tests.defs.harmony.harmony_pipeline import SAMPLE, Pipeline
 
 SHARD = "posttrain_sample/harmony/nemotron_math_v2/shard_00000"
@@ -22,7 +22,7 @@ POOL = "posttrain_sample/pools/tool_use/part-00000"
 @pytest.fixture(scope="module")
 def built_once(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify_harmony")
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = Pipeline(SAMPLE, root / "data", instance, sft=None)  # the Harmony path (packed SFT: its own tests)
         pipeline.all()
     return pipeline.blend, root / "data"
@@ -37,7 +37,7 @@ def built(built_once, tmp_path):
 
 
 def _problems(store: Storage, blend) -> list[str]:
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         return [str(p) for p in collect_problems(instance, store, blend)]
 
 
@@ -53,7 +53,7 @@ def _rewrite_consistently(store: Storage, prefix: str, table) -> None:
 def test_an_intact_build_has_no_problem_and_every_output_is_done(built):
     blend, store, _ = built
     assert _problems(store, blend) == []
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         report = collect_status(instance, store, blend)
     assert {o.state for o in report.outputs} == {"done"}
     assert {o.asset for o in report.outputs} == {"harmony_dedup", "candidate_pool", "embedding_view",
@@ -71,7 +71,7 @@ def test_pools_the_blend_no_longer_asks_for_are_listed_skipped_and_kept(built):
     # A report over other pools is stale (its inputs are the behavior views of the pools asked for).
     for curation, report_state in ((CurationSettings(pools=["tool_use"]), "stale"), (None, "not_in_blend")):
         narrower = blend.model_copy(update={"curation": curation})
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             report = collect_status(instance, store, narrower)
             found = collect_problems(instance, store, narrower)
         states = {(o.asset, o.key): o.state for o in report.outputs}
@@ -129,7 +129,7 @@ def test_a_deleted_pool_is_missing_and_what_is_built_from_it_waits(built):
     (data / f"{POOL}.parquet").unlink()
     problems = _problems(store, blend)
     assert f"{data / POOL}.parquet: missing: " in problems[0] and "candidate_pool partition 'tool_use'" in problems[0]
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         states = {(o.asset, o.key): o.state for o in collect_status(instance, store, blend).outputs}
     assert states[("candidate_pool", "tool_use")] == "missing"
     assert states[("candidate_pool", "proof")] == "done"

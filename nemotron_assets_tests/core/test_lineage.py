@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nemotron_assets.core.lineage import WandbLineage
+from nemotron_assets_tests.conftest import quick_instance
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for
 
 try:
@@ -106,7 +107,7 @@ def posttrain_lineage(tmp_path_factory):
     from nemotron_assets_tests.defs.harmony.harmony_pipeline import SAMPLE, Pipeline
 
     def build(root, lineage):
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             Pipeline(SAMPLE, root, instance, lineage=lineage).all()
 
     return _build_with_lineage(tmp_path_factory.mktemp("posttrain_lineage"), build)
@@ -240,7 +241,7 @@ def jsonl_lineage(tmp_path_factory):
     from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
 
     def build(root, lineage):
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             Pipeline(SAMPLE, root, instance, lineage=lineage).all()
 
     return _build_with_lineage(tmp_path_factory.mktemp("jsonl_lineage"), build)
@@ -288,7 +289,7 @@ def scoring_lineage(tmp_path_factory):
                                       "sft": sample.sft.model_copy(update={"from_": [f"{POOL}_easy"]})})
 
     def build(root, lineage):
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             pipeline = ScoringPipeline(root, instance, blend, lineage=lineage)
             sft = pipeline.assets  # the blend has sft: its assets are the pipeline's too
             pipeline.upstream()
@@ -379,7 +380,7 @@ def sft_lineage(tmp_path_factory):
     from nemotron_assets_tests.defs.sft.sft_pipeline import SftPipeline
 
     def build(root, lineage):
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             pipeline = SftPipeline(root, instance, lineage=lineage)
             pipeline.upstream()
             pipeline.packed_sft()
@@ -418,7 +419,7 @@ def export_lineage(tmp_path_factory):
     from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
 
     def build(root, lineage):
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             pipeline = Pipeline(SAMPLE, root, instance, lineage=lineage)
             pipeline.all()
             pipeline.run(pipeline.assets.hf_export)
@@ -440,6 +441,6 @@ def test_export_run_uses_what_it_exports_and_logs_the_folder(export_lineage):
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and ".meta" not in p.parts}
     assert entries(export) == {name: f"file://{out}/{name}" for name in files}
     assert json.loads(export.metadata)["configs"]["jsonl_math_rl"] == {"train": 10, "validation": 4, "test": 3}
-    with dg.instance_for_test() as instance:  # the lineage the UI draws
+    with quick_instance() as instance:  # the lineage the UI draws
         assets = Pipeline(SAMPLE, root, instance).assets
     assert assets.hf_export.asset_deps[assets.hf_export.key] == {assets.jsonl_shard.key}

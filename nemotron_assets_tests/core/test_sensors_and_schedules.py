@@ -20,6 +20,14 @@ SCHEDULE = "sample__nightly_missing_shards"
 DATASETS = ["wiki", "reference", "code", "wiki_valid", "reference_test"]
 
 
+@pytest.fixture
+def instance():
+    """A sqlite instance, events included: a schedule's context opens the instance again from its reference, which
+    would find an empty event log (no dynamic partitions, no materializations) in a second in-memory one."""
+    with dg.instance_for_test() as test_instance:
+        yield test_instance
+
+
 def _edit_blend(path: Path, **settings) -> None:
     blend = yaml.safe_load(path.read_text())
     blend.update(settings)

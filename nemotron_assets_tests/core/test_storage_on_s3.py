@@ -16,7 +16,7 @@ from nemotron_assets.core.blend import DatasetEntry
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.sources.discovery import resolve_files
 from nemotron_assets.sources.readers import ReadOptions, ReadStats, count_rows_and_hash, iter_text_batches
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.conftest import REPO, quick_instance
 from nemotron_assets_tests.materialize_helpers import pipeline_for, run_asset, shard_keys
 from nemotron_assets_tests.s3_server import apply_environment, make_bucket, moto_server
 
@@ -80,7 +80,7 @@ def test_s3_sources_resolve_with_etags_and_read_in_order(s3_env):
 def test_pretraining_graph_writes_to_s3_what_it_writes_locally(s3_env, tmp_path):
     outputs = {}
     for root in ("s3://data/run", str(tmp_path / "local")):
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             _, pipeline = pipeline_for(REPO / "blends" / "sample.yaml")
             resources_root = root
             run_asset(pipeline, pipeline.source_split, resources_root, instance,
@@ -109,7 +109,7 @@ def test_post_training_path_on_s3_writes_the_same_bytes_as_on_local_disk(s3_env,
     from nemotron_assets_tests.defs.sft.sft_pipeline import SftPipeline
 
     for root, endpoint in (("s3://data/post", s3_env), (tmp_path / "local", None)):
-        with dg.instance_for_test() as instance:
+        with quick_instance() as instance:
             Pipeline(SAMPLE, root, instance, endpoint_url=endpoint).all()
             SftPipeline(root, instance, endpoint_url=endpoint).packed_sft()
 
@@ -190,7 +190,7 @@ def test_the_rl_sample_on_s3_exports_by_server_side_copies_and_loads_from_a_loca
 
     from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
 
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = Pipeline(SAMPLE, "s3://data/exported", instance)
         pipeline.resources["storage"] = pipeline.resources["storage"].model_copy(update={"endpoint_url": s3_env})
         pipeline.all()

@@ -8,9 +8,7 @@ them then, and the side files beside the data. (Compared once with a tree that c
 receipts equal but for their storage stamps.) The one output built again is the packed SFT manifest: its
 ``manifest.json`` lists the packed shards' samples listings by path, and those moved."""
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -19,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron_assets.cli import main
+from nemotron_assets_tests.commands import command_here
 from nemotron_assets_tests.end_to_end.conftest import BLENDS
 
 pytestmark = pytest.mark.slow
@@ -82,17 +80,6 @@ def snapshot(data: Path) -> dict[str, tuple[int, int]]:
             if p.is_file() and "/sources/" not in p.as_posix() and ".staging" not in p.parts}
 
 
-def in_process(env: dict, *argv: str) -> tuple[int, str, str]:
-    """``status``/``verify`` as the command line runs them (they only read), here, with the tree's environment:
-    (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        for name in ("DAGSTER_HOME", "NEMOTRON_DATA_ROOT", "NEMOTRON_BLENDS_DIR"):
-            patch.setenv(name, env[name])
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
-
-
 @dataclass
 class Upgrade:
     data: Path
@@ -116,12 +103,12 @@ def upgrade(sample_outputs) -> Upgrade:
     sft_bytes = {name: (sft / name).read_bytes() for name in SFT_MANIFEST_FILES}
     moved = to_legacy_layout(data)
     old = snapshot(data)
-    status = in_process(sample_outputs.env, "status", "--json")
-    verified_old = {blend: in_process(sample_outputs.env, "verify", blend) for blend in BLENDS}
+    status = command_here(sample_outputs.env, "status", "--json")
+    verified_old = {blend: command_here(sample_outputs.env, "verify", blend) for blend in BLENDS}
     after_reports = snapshot(data)
     materialized = {blend: sample_outputs.run("materialize", blend) for blend in BLENDS}
     upgraded = snapshot(data)
-    verified = {blend: in_process(sample_outputs.env, "verify", blend) for blend in BLENDS}
+    verified = {blend: command_here(sample_outputs.env, "verify", blend) for blend in BLENDS}
     return Upgrade(data, fresh, moved, old, status, verified_old, after_reports, materialized, upgraded, sft_bytes,
                    verified)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from nemotron_assets_tests.commands import command_here
 from nemotron_assets_tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -65,14 +66,14 @@ def test_a_sample_never_touches_the_full_build(tmp_path):
     sample_blend = json.loads((full / "samples" / "rows_5" / "pretrain" / "blend.json").read_text())
     assert all("/samples/rows_5/pretrain/" in p for split in sample_blend.values() if split for p in split[1::2])
 
-    status = json.loads(_cli("status", "sample", "--json", env=env).stdout)["blends"][0]
+    status = json.loads(command_here(env, "status", "sample", "--json")[1])["blends"][0]
     assert all(d["done"] == d["planned"] and d["planned"] > 0 for d in status["datasets"])
     samples = {s["sample"]: s for s in status["samples"]}
     assert set(samples) == {"rows_5", "tiny"}
     assert all(d["done"] == d["planned"] for s in samples.values() for d in s["datasets"])
-    text = _cli("status", "sample", env=env).stdout
+    text = command_here(env, "status", "sample")[1]
     assert "  sample rows_5: 5/5 shard(s) done" in text and "  sample tiny: 7/7 shard(s) done" in text
-    assert _cli("verify", "sample", env=env).returncode == 0
+    assert command_here(env, "verify", "sample")[0] == 0
 
 
 def _outputs(root: Path) -> dict[str, bytes]:

@@ -69,17 +69,17 @@ class DagsterUI:
             raise AssertionError(f"backfill not launched: {result}")
         return result["backfillId"]
 
-    def wait_for_backfill(self, backfill_id: str, timeout: float = 180) -> str:
-        """Poll the backfill until it ends; its final status (COMPLETED_SUCCESS, COMPLETED_FAILED, ...)."""
+    def wait_for_backfill_runs(self, backfill_id: str, timeout: float = 180) -> list[dict]:
+        """Poll until the backfill has made its runs and each has ended; those runs. The backfill's own status turns
+        COMPLETED only at the daemon's next backfill loop, 30 s later (a fixed interval): the runs are what a user
+        waits for."""
         deadline = time.monotonic() + timeout
         while True:
-            status = self.graphql("query($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on "
-                                  "PartitionBackfill { status } } }", {"id": backfill_id})[
-                "partitionBackfillOrError"]["status"]
-            if status not in ("REQUESTED", "CANCELING"):
-                return status
+            runs = self.runs(("dagster/backfill", backfill_id))
+            if runs and all(run["status"] in ("SUCCESS", "FAILURE", "CANCELED") for run in runs):
+                return runs
             if time.monotonic() > deadline:
-                raise AssertionError(f"backfill {backfill_id} still {status} after {timeout:.0f} s\n{self.log_tails()}")
+                raise AssertionError(f"backfill {backfill_id}: runs {runs} after {timeout:.0f} s\n{self.log_tails()}")
             time.sleep(1)
 
     def runs(self, tag: tuple[str, str] | None = None) -> list[dict]:

@@ -10,14 +10,14 @@ import pytest
 
 from nemotron_assets.core.blend import load_blend
 from nemotron_assets.formats.harmony import parse_harmony, validate_harmony
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.conftest import REPO, quick_instance
 from nemotron_assets_tests.defs.harmony.harmony_pipeline import SAMPLE, Pipeline
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The sample post-training blend materialized once (every asset), for the tests that only read it."""
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = Pipeline(SAMPLE, tmp_path_factory.mktemp("built"), instance)
         pipeline.all()
         yield pipeline
@@ -92,7 +92,7 @@ def test_pool_rows_satisfy_the_pool_and_the_base_filter(built, pool, holds):
 
 
 def test_shards_built_one_by_one_in_reverse_order_give_the_same_dedup_and_pools(built, tmp_path):
-    with dg.instance_for_test() as fresh:
+    with quick_instance() as fresh:
         Pipeline(SAMPLE, tmp_path, fresh).all(shard_order=lambda keys: list(reversed(keys)))
     results = [sorted((p.relative_to(root).as_posix(), p.read_bytes()) for p in root.rglob("*.parquet"))
                for root in (built.root, tmp_path)]

@@ -18,7 +18,7 @@ import zstandard
 
 from nemotron_assets.cli.reports import collect_problems, collect_status
 from nemotron_assets.core.records import NotReady
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.conftest import REPO, quick_instance
 from nemotron_assets_tests.defs.jsonl.jsonl_pipeline import SAMPLE, Pipeline
 
 SPLITS = ("train", "valid", "test")
@@ -89,7 +89,7 @@ def written_rows(out: Path, dataset: str) -> dict[str, list[dict]]:
 # --- the sample, built once -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = Pipeline(SAMPLE, tmp_path_factory.mktemp("rl"), instance)
         pipeline.results = pipeline.all()
         yield pipeline

@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 
 from nemotron_assets.core.workers import fork_available
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.conftest import REPO, quick_instance
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for, run_asset, shard_keys
 from nemotron_assets_tests.megatron_reader import read_dataset
 from nemotron_assets_tests.reference_data import llama3_tokenizer, megatron_documents, read_texts
@@ -86,7 +86,7 @@ def test_blend_json_weights_split_each_dataset_by_token_share(tmp_path, instance
 def test_materializing_twice_gives_byte_identical_files(tmp_path):
     roots = [tmp_path / "a", tmp_path / "b"]
     for root in roots:
-        with dg.instance_for_test() as fresh:
+        with quick_instance() as fresh:
             materialize_all(pipeline_for(SAMPLE)[1], str(root), fresh)
     first, second = (_files(r) for r in roots)
     assert first == second and len(first) > 10
@@ -99,7 +99,7 @@ def test_shards_built_in_forked_processes_are_the_bytes_built_in_the_step(tmp_pa
     files, messages = {}, {}
     for processes in (2, 1):
         root = tmp_path / f"p{processes}"
-        with dg.instance_for_test() as fresh:
+        with quick_instance() as fresh:
             _, pipeline = pipeline_for(SAMPLE, num_shards=4)
             run_asset(pipeline, pipeline.source_split, str(root), fresh,
                       pipeline.dataset_partitions.get_partition_keys())
@@ -118,7 +118,7 @@ def test_concatenated_shards_equal_the_single_shard_dataset(tmp_path):
     outputs = {}
     for shards in (1, 4):
         root = tmp_path / f"n{shards}"
-        with dg.instance_for_test() as fresh:
+        with quick_instance() as fresh:
             _, pipeline = pipeline_for(SAMPLE, num_shards=shards)
             materialize_all(pipeline, str(root), fresh)
         bins = sorted((root / "sample" / "pretrain" / "wiki").glob("shard_*.bin"))
@@ -280,7 +280,7 @@ def test_blend_json_prefixes_are_absolute_by_default_and_relative_on_request(tmp
     prefixes = [p for split in blend_json.values() for p in split[1::2]]
     assert prefixes and all(Path(p).is_absolute() and Path(f"{p}.idx").exists() for p in prefixes)
 
-    with dg.instance_for_test() as fresh:
+    with quick_instance() as fresh:
         _, relative = pipeline_for(SAMPLE, relative_prefixes=True)
         materialize_all(relative, str(tmp_path / "rel"), fresh)
     folder = tmp_path / "rel/sample/pretrain"

@@ -31,7 +31,7 @@ from nemotron_assets.defs.scoring.inputs import Scoring
 from nemotron_assets.defs.scoring.model_files import locate_model
 from nemotron_assets.defs.scoring.rendering import conversation_from_row
 from nemotron_assets.defs.scoring.status import scoring_problems, scoring_states
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.conftest import REPO, quick_instance
 from nemotron_assets_tests.defs.scoring.hide_scoring_extra import HIDE_HEAVY
 from nemotron_assets_tests.defs.scoring.scoring_pipeline import (
     MAX_TOKENS,
@@ -54,7 +54,7 @@ def tiny_model(tmp_path_factory) -> Path:
 def built(tmp_path_factory, tiny_model):
     root = tmp_path_factory.mktemp("scoring") / "data"
     blend = load_blend(SAMPLE).model_copy(update={"scoring": scoring_settings(tiny_model), "sft": None})
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = ScoringPipeline(root, instance, blend)
         pipeline.upstream()
         pipeline.first = pipeline.scores()
@@ -258,7 +258,7 @@ def test_a_pool_in_two_parts_is_scored_embedded_selected_and_reported_whole(buil
     store = Storage(str(tmp_path / "data"))
     name = built.blend.name
     ids = split_pool_in_two(store, name, POOL)
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = ScoringPipeline(tmp_path / "data", instance, built.blend)
         register_pool_parts(instance, store, (POOL,), Scope(name), None, POOL)  # as candidate_pool does
         assert pipeline.parts == [f"{POOL}/part-00000", f"{POOL}/part-00001"]

@@ -27,7 +27,7 @@ from nemotron_assets.defs.sft.layout import SftShardKey, sft_plan_prefix
 from nemotron_assets.defs.sft.pack_step import packed_build
 from nemotron_assets.defs.sft.status import sft_problems, sft_states
 from nemotron_assets_tests.bridge_reader import load_like_bridge
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.conftest import REPO, quick_instance
 from nemotron_assets_tests.defs.sft.sft_pipeline import SftPipeline
 
 FIXTURES = REPO / "nemotron_assets_tests" / "chat" / "fixtures"
@@ -66,7 +66,7 @@ def sft_status(store: Storage, blend, base: str) -> list[AssetStatus]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("sft") / "data"
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         full = SftPipeline(root, instance)
         full.upstream()
         full.results = full.packed_sft()
@@ -219,7 +219,7 @@ def test_holdout_adding_rows_never_moves_one(built):
 
 
 def test_changing_pack_size_replans_and_repacks_without_rerendering(built, tmp_path):
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = copy_of(built, tmp_path, instance, pack_size=512)
         store = Storage(str(pipeline.root))
         report = {s.asset: s for s in sft_status(store, pipeline.blend, pipeline.blend.name)}
@@ -241,7 +241,7 @@ def test_changing_pack_size_replans_and_repacks_without_rerendering(built, tmp_p
 
 
 def test_changing_the_template_rerenders(built, tmp_path):
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = copy_of(built, tmp_path, instance, chat_template="chatml", tokenizer_model="o200k_harmony")
         store = Storage(str(pipeline.root))
         stale = sft_status(store, pipeline.blend, pipeline.blend.name)[0].stale
@@ -260,7 +260,7 @@ def test_a_template_failing_on_some_rows_counts_them_as_template_error(built, tm
     template = tmp_path / "no_tools.jinja"
     template.write_text((FIXTURES / "llama3_tagged.jinja").read_text().replace(
         "{%- elif message.role == 'tool' %}", "{%- elif message.role == 'tool' %}{{ raise_exception('no tools') }}"))
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = copy_of(built, tmp_path, instance, chat_template=str(template), tokenizer_model="o200k_harmony")
         keys = ["nemotron_agentic/shard_00000", "nemotron_science/shard_00000"]
         result = pipeline.run(pipeline.assets.sft_samples, keys)
@@ -277,7 +277,7 @@ def test_a_template_that_is_not_prefix_stable_fails_naming_it_and_leaves_nothing
     template = tmp_path / "counts_first.jinja"
     template.write_text("{{ messages | length }}{% for m in messages %}<|start_header_id|>{{ m.role }}"
                         "<|end_header_id|>{{ m.content }}<|eot_id|>{% endfor %}")
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = copy_of(built, tmp_path, instance, chat_template=str(template), tokenizer_model="o200k_harmony")
         shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
         for path in (Path(f"{shard}.arrow"), Path(receipt_path(str(shard)))):
@@ -291,7 +291,7 @@ def test_a_template_that_is_not_prefix_stable_fails_naming_it_and_leaves_nothing
 
 
 def test_status_and_verify_name_a_changed_or_corrupted_packed_shard(built, tmp_path):
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = copy_of(built, tmp_path, instance)
         store = Storage(str(pipeline.root))
         assert sft_problems(None, store, pipeline.blend) == []
@@ -321,7 +321,7 @@ def test_status_and_verify_name_a_changed_or_corrupted_packed_shard(built, tmp_p
 def test_a_parquet_samples_file_of_the_format_before_is_rebuilt_as_arrow_and_removed(built, tmp_path):
     """Samples files were Parquet up to ``sft-samples/3``: such a file's receipt is stale, and its rebuild writes
     the Arrow file and deletes the Parquet one, which nothing reads any more."""
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = copy_of(built, tmp_path, instance)
         store = Storage(str(pipeline.root))
         shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
@@ -346,7 +346,7 @@ def test_a_parquet_samples_file_of_the_format_before_is_rebuilt_as_arrow_and_rem
 def test_verify_names_a_samples_file_whose_rows_differ_from_its_receipt(built, tmp_path):
     """A samples file rewritten with a row fewer, its receipt's checksum updated to match (a writer bug, not
     damage): verify counts the rows itself."""
-    with dg.instance_for_test() as instance:
+    with quick_instance() as instance:
         pipeline = copy_of(built, tmp_path, instance)
         store = Storage(str(pipeline.root))
         shard = pipeline.out / "sft" / "samples" / "nemotron_science" / "shard_00000"
