@@ -11,10 +11,17 @@ catches to a "wakeup" file descriptor (``signal.set_wakeup_fd``), and a thread h
 SIGINT/SIGTERM marks the command interrupted (it stops after the run in progress has unwound); the second ends the
 process at once (exit status 130). Between runs, our own handler raises ``KeyboardInterrupt`` for both signals.
 
-Dagster raises its interrupt in whatever code runs when the signal lands. When that is SQLAlchemy closing one of the
-instance's database connections, SQLAlchemy logs the exception with its traceback (logger ``sqlalchemy.pool``) and
-goes on: the command's own line already said it is stopping, so while it handles signals that one record is dropped
-(``QuietInterruptedClose``); every other message of that logger is printed as before.
+Dagster raises its interrupt in whatever code runs when the signal lands. Two places swallow it and print it:
+
+- SQLAlchemy closing one of the instance's database connections logs the exception with its traceback (logger
+  ``sqlalchemy.pool``) and goes on;
+- a finalizer (a weakref callback, a ``__del__``; SQLAlchemy has both) cannot raise: Python hands the exception to
+  ``sys.unraisablehook``, which prints "Exception ignored in ..." with the traceback.
+
+The command's own line already said it is stopping, so while it handles signals those two reports of our own
+interrupt are dropped (`QuietInterruptedClose`, `Interrupts._unraisable`); every other one is printed as before. An
+interrupt swallowed that way no longer reaches the step: the run in progress finishes, and the command stops after
+it, as when the signal lands between two steps.
 """
 
 import logging
@@ -45,6 +52,7 @@ class Interrupts:
         self._read_end = self._write_end = -1
         self._old_wakeup = -1
         self._pool_handler: logging.Handler | None = None
+        self._old_unraisablehook = sys.unraisablehook
 
     @property
     def handling(self) -> bool:
@@ -61,6 +69,7 @@ class Interrupts:
         self._pool_handler = QuietInterruptedClose()
         POOL_LOGGER.addHandler(self._pool_handler)
         POOL_LOGGER.propagate = False
+        self._old_unraisablehook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         threading.Thread(target=self._watch, name="signals", daemon=True).start()
         return self
 
@@ -71,6 +80,7 @@ class Interrupts:
             signal.signal(signum, handler)
         POOL_LOGGER.removeHandler(self._pool_handler)
         POOL_LOGGER.propagate = True
+        sys.unraisablehook = self._old_unraisablehook
         signal.set_wakeup_fd(self._old_wakeup)
         os.close(self._write_end)  # the watcher reads EOF and ends; it closes the read end
         self._write_end = -1
@@ -79,6 +89,11 @@ class Interrupts:
         """Raise `Interrupted` if a signal came (call it after each run)."""
         if self.signalled:
             raise Interrupted(self.signalled)
+
+    def _unraisable(self, unraisable) -> None:
+        """``sys.unraisablehook`` while signals are handled: our interrupt raised in a finalizer is dropped."""
+        if not _is_our_interrupt(unraisable.exc_value):
+            self._old_unraisablehook(unraisable)
 
     def _watch(self) -> None:
         try:
@@ -114,7 +129,12 @@ class QuietInterruptedClose(logging.StreamHandler):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return type(error).__name__ != "DagsterExecutionInterruptedError" and super().filter(record)
+        return not _is_our_interrupt(error) and super().filter(record)
+
+
+def _is_our_interrupt(error: BaseException | None) -> bool:
+    """Dagster's interrupt, raised by its signal handler (by name: importing Dagster here would slow every command)."""
+    return type(error).__name__ == "DagsterExecutionInterruptedError"
 
 
 POOL_LOGGER = logging.getLogger("sqlalchemy.pool")

@@ -236,3 +236,33 @@ def test_our_interrupt_inside_a_database_connection_close_prints_no_traceback(ca
     assert "DagsterExecutionInterruptedError" not in err
     assert err.count("Exception closing connection") == 1 and "OSError: disk I/O error" in err
     assert (parent.handlers, parent.propagate) == (handlers, propagate)
+
+
+def test_our_interrupt_inside_a_finalizer_prints_no_traceback(capsys, monkeypatch):
+    """Ctrl-C can land in a finalizer (a fresh-clone CI run caught SQLAlchemy's ``_collection_gced`` weakref callback):
+    Python cannot raise there and prints "Exception ignored in" with the traceback. While the command handles signals
+    our interrupt's report is dropped; any other error of a finalizer still prints, and the hook is as it was
+    afterwards."""
+    import gc
+    import sys
+
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    from nemotron_assets.cli.interrupts import Interrupts
+
+    class FailsWhenCollected:
+        def __init__(self, error: BaseException) -> None:
+            self.error = error
+
+        def __del__(self) -> None:
+            raise self.error
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)  # Python's own, which prints (not pytest's)
+    with Interrupts():
+        FailsWhenCollected(DagsterExecutionInterruptedError())
+        FailsWhenCollected(OSError("disk I/O error"))
+        gc.collect()
+    err = capsys.readouterr().err
+    assert "DagsterExecutionInterruptedError" not in err
+    assert err.count("Exception ignored in") == 1 and "OSError: disk I/O error" in err
+    assert sys.unraisablehook is sys.__unraisablehook__
