@@ -8,7 +8,7 @@ export DAGSTER_HOME := $(CURDIR)/dagster_home
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip uv
+	$(BIN)/python -m pip install --quiet uv
 
 # uv does not read pip's configuration: a find-links folder pip is configured with (here it holds the CPU build of
 # torch) is passed on, or uv would fetch the newest torch with several GB of CUDA packages.

@@ -39,10 +39,8 @@ def materialize(blend: str, *, select: str | list[str] | None = None, scale: str
     from nemotron_assets.cli.interrupts import Interrupts
     from nemotron_assets.cli.materialize import materialize_blend
     from nemotron_assets.core import settings
-    from nemotron_assets.core.runs import reload_definitions
 
     settings.deployment()  # an unknown NEMOTRON_DEPLOYMENT is an error, as for the command
-    reload_definitions()  # blend files and settings as they are now, also on a second call
     args = _parser().parse_args(["materialize", blend])  # the command's defaults for every other option
     args.select = ",".join(select) if isinstance(select, list) else select
     args.scale, args.max_rows, args.force = scale or "full", max_rows, force

@@ -43,7 +43,14 @@ from nemotron_assets.core.partitions import SHARDS_PER_RUN, Scope, contiguous_ra
 from nemotron_assets.core.pipeline import Step, Target
 from nemotron_assets.core.processes import owner_token
 from nemotron_assets.core.records import NotReady
-from nemotron_assets.core.runs import RunOutcome, execute_assets, launch_assets, load_repository, wait_for_runs
+from nemotron_assets.core.runs import (
+    RunOutcome,
+    execute_assets,
+    launch_assets,
+    load_repository,
+    reload_definitions,
+    wait_for_runs,
+)
 from nemotron_assets.defs.registry import PIPELINES
 from nemotron_assets.defs.sources.preflight import check_before_reading
 
@@ -85,6 +92,7 @@ def materialize_blend(args: argparse.Namespace, interrupts: Interrupts, with_doc
     raises before any run (exit status 2). While the steps run, a signal that ``interrupts`` handles ends the build
     (exit status 130); otherwise Ctrl-C raises ``KeyboardInterrupt`` as usual."""
     started = time.monotonic()
+    reload_definitions()  # the blend files and settings as they are now, also when this process materialized before
     blend_file, blend = load_blend_folder(settings.blends_dir()).find(args.blend)
     try:
         sample = sample_name(args.scale, args.max_rows)

@@ -146,9 +146,9 @@ def test_dagster_cli_builds_a_datasets_shards_in_one_run_over_a_partition_range(
     done = _run([*dagster, "--select", "sample/pretrain_shard", "--partition", "code/shard_00000"], cli_env)
     assert done.returncode == 0, done.stderr[-3000:]  # one partition, as the UI's Materialize button launches it
     assert (tmp_path / "data" / "sample" / "pretrain" / "code" / "shard_00000.idx").exists()
-    ours = _run(["-m", "nemotron_assets", "materialize", "sample", "--select", "source_split,pretrain_shard",
-                 "--partition", "wiki"], dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / "ours")))
-    assert ours.returncode == 0, ours.stderr[-3000:]
+    code, _, err = command_here(dict(cli_env, NEMOTRON_DATA_ROOT=str(tmp_path / "ours")), "materialize", "sample",
+                                "--select", "source_split,pretrain_shard", "--partition", "wiki")
+    assert code == 0, err[-3000:]
     for shard in (tmp_path / "ours" / "sample" / "pretrain" / "wiki").glob("shard_*.[bi][id]*"):
         assert shard.read_bytes() == (tmp_path / "data" / "sample" / "pretrain" / "wiki" / shard.name).read_bytes()
 
@@ -164,7 +164,7 @@ def test_a_changed_post_training_source_makes_exactly_its_descendants_stale(cli_
 
     text = blends / "sample_data" / "posttrain" / "text.jsonl"
     text.write_text(text.read_text().replace("e", "E", 1))  # one changed character in one dataset
-    _run(["-m", "nemotron_assets", "materialize", "posttrain_sample", "--select", "source_split"], env)
+    assert command_here(env, "materialize", "posttrain_sample", "--select", "source_split")[0] == 0
     report = json.loads(command_here(env, "status", "posttrain_sample", "--json")[1])
     datasets = {d["dataset"]: d for d in report["blends"][0]["datasets"]}
     assert list(datasets["text"]["stale"]) == ["text/shard_00000"]

@@ -1,6 +1,6 @@
-"""The bundled sample blends built once per test process by the command line, for the tests that read the output
-tree as its consumers do (test_trainers_read_the_output_folders.py) and the test that moves a tree written before
-the hidden folders (test_an_old_output_tree_is_moved_not_rebuilt.py)."""
+"""The bundled sample blends built once per test process by the command line (run in the test process), for the
+tests that read the output tree as its consumers do (test_trainers_read_the_output_folders.py) and the test that moves
+a tree written before the hidden folders (test_an_old_output_tree_is_moved_not_rebuilt.py)."""
 
 import os
 import shutil
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nemotron_assets_tests.commands import command_here
 from nemotron_assets_tests.conftest import REPO
 
 BLENDS = ("sample", "posttrain_sample", "rl_sample")  # pretraining, Harmony + pools + packed SFT, JSONL
@@ -38,7 +39,7 @@ def sample_outputs(tmp_path_factory) -> SampleOutputs:
     env = dict(os.environ, DAGSTER_HOME=str(home), NEMOTRON_DATA_ROOT=str(root / "data"),
                NEMOTRON_BLENDS_DIR=str(REPO / "blends"), HF_HUB_OFFLINE="1")
     outputs = SampleOutputs(env, root / "data")
-    for blend in BLENDS:
-        done = outputs.run("materialize", blend)
-        assert done.returncode == 0, done.stderr[-3000:]
+    for blend in BLENDS:  # the command line, in this process (the tests that use the tree run theirs in processes)
+        code, _, err = command_here(env, "materialize", blend)
+        assert code == 0, err[-3000:]
     return outputs

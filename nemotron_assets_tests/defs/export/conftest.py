@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nemotron_assets_tests.commands import command_here
 from nemotron_assets_tests.conftest import REPO
 
 BLENDS = ("posttrain_sample", "rl_sample")
@@ -38,7 +39,7 @@ def built(tmp_path_factory) -> Built:
                NEMOTRON_BLENDS_DIR=str(base / "blends"), HF_HUB_OFFLINE="1", HF_HOME=str(base / "hf_home"),
                HF_DATASETS_CACHE=str(base / "hf_datasets_cache"))
     ready = Built(env, base / "data", base / "blends")
-    for blend in BLENDS:
-        done = ready.run("materialize", blend)
-        assert done.returncode == 0, done.stderr[-3000:]
+    for blend in BLENDS:  # the command line, in this process; the tests run theirs in processes of their own
+        code, _, err = command_here(env, "materialize", blend)
+        assert code == 0, err[-3000:]
     return ready
