@@ -93,8 +93,10 @@ def load_repository() -> tuple[RepositoryPythonOrigin, dg.RepositoryDefinition]:
 def reload_definitions() -> None:
     """Make the next `load_repository` and the next run load the code location as the blend files and settings are
     now. A process imports ``nemotron_assets.definitions`` once, and Dagster keeps the last job definition it
-    reconstructed from it; a process that materializes more than once (the Python API) would otherwise build a
-    blend edited since the first time with its old assets, settings and data root."""
+    reconstructed from it; a process that materializes more than once (the Python API, or the command's ``main``
+    called twice) would otherwise build a blend edited since the first time, or from another blends folder, with the
+    first time's assets, settings and data root. The command calls it before every build (cli/materialize.py); in a
+    fresh process it does nothing."""
     module = sys.modules.get(DEFINITIONS_MODULE)
     if module is None:
         return  # the first load imports it as it is now
