@@ -19,9 +19,10 @@ Dagster raises its interrupt in whatever code runs when the signal lands. Two pl
   ``sys.unraisablehook``, which prints "Exception ignored in ..." with the traceback.
 
 The command's own line already said it is stopping, so while it handles signals those two reports of our own
-interrupt are dropped (`QuietInterruptedClose`, `Interrupts._unraisable`); every other one is printed as before. An
-interrupt swallowed that way no longer reaches the step: the run in progress finishes, and the command stops after
-it, as when the signal lands between two steps.
+interrupt are dropped (`QuietInterruptedClose`, `Interrupts._unraisable`); every other one is printed as before. A
+swallowed interrupt never reached the step, whose run would go on to its end: so the command raises SIGINT again
+(`Interrupts.redeliver`), Dagster raises its interrupt at the next line Python runs, and the watcher does not count
+that signal as the user's second.
 """
 
 import logging
@@ -29,8 +30,11 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REDELIVER_AFTER_S = 0.05  # a swallowed interrupt raised again after this (`Interrupts.redeliver`)
 EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for a command stopped by Ctrl-C
 
 
@@ -48,6 +52,7 @@ class Interrupts:
         self.handle_signals = handle_signals
         self.signalled: str | None = None
         self._count = 0
+        self._redelivered = 0  # SIGINTs this command raised itself (`redeliver`), not yet seen by the watcher
         self._previous: dict[int, object] = {}
         self._read_end = self._write_end = -1
         self._old_wakeup = -1
@@ -66,7 +71,7 @@ class Interrupts:
         self._old_wakeup = signal.set_wakeup_fd(self._write_end, warn_on_full_buffer=False)
         for signum in SIGNALS:
             self._previous[signum] = signal.signal(signum, _raise_keyboard_interrupt)
-        self._pool_handler = QuietInterruptedClose()
+        self._pool_handler = QuietInterruptedClose(self.redeliver)
         POOL_LOGGER.addHandler(self._pool_handler)
         POOL_LOGGER.propagate = False
         self._old_unraisablehook, sys.unraisablehook = sys.unraisablehook, self._unraisable
@@ -90,9 +95,24 @@ class Interrupts:
         if self.signalled:
             raise Interrupted(self.signalled)
 
+    def redeliver(self) -> None:
+        """Our interrupt was swallowed where it was raised: raise SIGINT again for Dagster to raise it anew. From
+        another thread, a moment later, so that Python runs the handler once the code that swallowed it (this hook
+        and its caller) is left; if it is swallowed again, it comes back here."""
+        self._redelivered += 1
+
+        def later() -> None:
+            time.sleep(REDELIVER_AFTER_S)
+            signal.raise_signal(signal.SIGINT)
+
+        threading.Thread(target=later, name="redeliver", daemon=True).start()
+
     def _unraisable(self, unraisable) -> None:
-        """``sys.unraisablehook`` while signals are handled: our interrupt raised in a finalizer is dropped."""
-        if not _is_our_interrupt(unraisable.exc_value):
+        """``sys.unraisablehook`` while signals are handled: our interrupt raised in a finalizer is redelivered,
+        without its report."""
+        if _is_our_interrupt(unraisable.exc_value):
+            self.redeliver()
+        else:
             self._old_unraisablehook(unraisable)
 
     def _watch(self) -> None:
@@ -105,6 +125,9 @@ class Interrupts:
             os.close(self._read_end)
 
     def _received(self, name: str) -> None:
+        if name == "SIGINT" and self._redelivered:  # ours (`redeliver`), not the user's
+            self._redelivered -= 1
+            return
         self._count += 1
         if self._count == 1:
             self.signalled = name
@@ -121,15 +144,19 @@ def _raise_keyboard_interrupt(signum, frame) -> None:
 
 class QuietInterruptedClose(logging.StreamHandler):
     """Prints ``sqlalchemy.pool``'s warnings and errors on stderr (as Python's last-resort handler would), except the
-    one that reports our own interrupt raised inside a connection's close."""
+    one that reports our own interrupt raised inside a connection's close: that one is redelivered."""
 
-    def __init__(self) -> None:
+    def __init__(self, redeliver: Callable[[], None]) -> None:
         super().__init__(sys.stderr)
         self.setLevel(logging.WARNING)
+        self.redeliver = redeliver
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not _is_our_interrupt(error) and super().filter(record)
+        if _is_our_interrupt(error):
+            self.redeliver()
+            return False
+        return super().filter(record)
 
 
 def _is_our_interrupt(error: BaseException | None) -> bool:

@@ -17,6 +17,7 @@ import dagster as dg
 import pytest
 
 from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.process_helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -229,9 +230,13 @@ def test_our_interrupt_inside_a_database_connection_close_prints_no_traceback(ca
         except BaseException:
             pool_logger.error("Exception closing connection %r", "<sqlite3.Connection>", exc_info=True)
 
-    with Interrupts():
-        closing_fails_with(DagsterExecutionInterruptedError())
+    with Interrupts() as interrupts:
+        with pytest.raises(KeyboardInterrupt):  # redelivered: Dagster's handler would raise its interrupt in the step
+            closing_fails_with(DagsterExecutionInterruptedError())
+            _sleep_until_a_signal()
         closing_fails_with(OSError("disk I/O error"))
+        wait_for(lambda: interrupts._redelivered == 0, "the watcher to read the redelivered SIGINT")
+        assert interrupts.signalled is None  # not counted as a signal of the user's
     err = capsys.readouterr().err
     assert "DagsterExecutionInterruptedError" not in err
     assert err.count("Exception closing connection") == 1 and "OSError: disk I/O error" in err
@@ -239,10 +244,10 @@ def test_our_interrupt_inside_a_database_connection_close_prints_no_traceback(ca
 
 
 def test_our_interrupt_inside_a_finalizer_prints_no_traceback(capsys, monkeypatch):
-    """Ctrl-C can land in a finalizer (a fresh-clone CI run caught SQLAlchemy's ``_collection_gced`` weakref callback):
-    Python cannot raise there and prints "Exception ignored in" with the traceback. While the command handles signals
-    our interrupt's report is dropped; any other error of a finalizer still prints, and the hook is as it was
-    afterwards."""
+    """Ctrl-C can land in a finalizer (fresh-clone CI runs caught SQLAlchemy's ``_collection_gced`` weakref callback):
+    Python cannot raise there and prints "Exception ignored in" with the traceback, and the step never hears of it.
+    While the command handles signals our interrupt is raised again (here our own handler's ``KeyboardInterrupt``)
+    and its report dropped; any other error of a finalizer still prints, and the hook is as it was afterwards."""
     import gc
     import sys
 
@@ -258,11 +263,23 @@ def test_our_interrupt_inside_a_finalizer_prints_no_traceback(capsys, monkeypatc
             raise self.error
 
     monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)  # Python's own, which prints (not pytest's)
-    with Interrupts():
-        FailsWhenCollected(DagsterExecutionInterruptedError())
+    with Interrupts() as interrupts:
+        with pytest.raises(KeyboardInterrupt):  # redelivered: Dagster's handler would raise its interrupt in the step
+            FailsWhenCollected(DagsterExecutionInterruptedError())
+            _sleep_until_a_signal()
         FailsWhenCollected(OSError("disk I/O error"))
         gc.collect()
+        wait_for(lambda: interrupts._redelivered == 0, "the watcher to read the redelivered SIGINT")
+        assert interrupts.signalled is None  # not counted as a signal of the user's
     err = capsys.readouterr().err
     assert "DagsterExecutionInterruptedError" not in err
     assert err.count("Exception ignored in") == 1 and "OSError: disk I/O error" in err
     assert sys.unraisablehook is sys.__unraisablehook__
+
+
+def _sleep_until_a_signal(seconds: float = 10.0) -> None:
+    """Python code running until a signal's handler raises (it runs between two lines, in this thread)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    raise AssertionError(f"no signal within {seconds} s")
