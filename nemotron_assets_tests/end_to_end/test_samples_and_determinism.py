@@ -14,6 +14,7 @@ import pytest
 
 from nemotron_assets_tests.commands import command_here
 from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.end_to_end.conftest import tree_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +23,8 @@ def _env(tmp_path: Path, home: str = "dagster_home", **extra) -> dict:
     folder = tmp_path / home
     folder.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
-    return dict(os.environ, DAGSTER_HOME=str(folder), NEMOTRON_DATA_ROOT=str(tmp_path / "data"),
-                NEMOTRON_BLENDS_DIR=str(REPO / "blends"), HF_HUB_OFFLINE="1", **extra)
+    return {**os.environ, "DAGSTER_HOME": str(folder), "NEMOTRON_DATA_ROOT": str(tmp_path / "data"),
+            "NEMOTRON_BLENDS_DIR": str(REPO / "blends"), "HF_HUB_OFFLINE": "1", **extra}
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
@@ -76,46 +77,36 @@ def test_a_sample_never_touches_the_full_build(tmp_path):
     assert command_here(env, "verify", "sample")[0] == 0
 
 
-def _outputs(root: Path) -> dict[str, bytes]:
-    """Every file under ``root``; receipts (of shards, duplicates, pools, views and reports) without their commit
-    stamps (file times and ETags, which differ between any two builds by nature)."""
-    files = {}
-    for path in sorted(root.rglob("*")):
-        if not path.is_file():
-            continue
-        data = path.read_bytes()
-        if path.suffix == ".json":
-            body = json.loads(data)
-            if isinstance(body, dict) and "receipt_version" in body:  # a receipt: shard, pool, view or report
-                body.pop("committed")
-                data = json.dumps(body, sort_keys=True).encode()
-        files[str(path.relative_to(root))] = data
-    return files
-
-
-def test_builds_are_byte_identical_across_processes_hash_seeds_executors_and_build_processes(tmp_path):
-    data = tmp_path / "data"
-    builds = {}
-    # The multiprocess executor (a step per process) builds only the pretraining blend: the post-training one's
-    # twelve step processes would double the test's time, and its hash-seed variation is covered by the other two.
+def test_builds_are_byte_identical_across_processes_hash_seeds_executors_and_build_processes(tmp_path,
+                                                                                             sample_outputs):
+    # The reference: the bundled samples as the command builds them by default, each run in one process, in the test
+    # process (conftest.py ``sample_outputs``, with that process's own random hash seed). Then fresh command processes
+    # with other hash seeds, each another way. The multiprocess executor (a step per process) builds only the
+    # pretraining blend: the post-training one's twelve step processes would double the test's time, and its
+    # hash-seed variation is covered by the other build.
     blends_of = {"in_process": ("sample", "posttrain_sample"), "multiprocess": ("sample",),
                  "one_process": ("sample", "posttrain_sample")}
-    for name, seed, options in (("in_process", "1", []),  # the default: each run in one process
-                                ("multiprocess", "2", ["--executor", "multiprocess"]),  # a step per process
-                                ("one_process", "3", ["--build-processes", "1"])):  # shards one after the other
-        env = _env(tmp_path, f"home_{name}", PYTHONHASHSEED=seed)
-        for blend in blends_of[name]:
-            done = _cli("materialize", blend, *options, env=env)
-            if blend == "sample":  # the shard run builds its shards in forked processes, unless told not to
-                assert ("building 7 shard(s) in 2 processes" in done.stdout + done.stderr) == (name != "one_process")
-            else:  # and the views of the 13 pools, the same way
-                assert ("building 13 pools' views in 2 processes" in done.stdout + done.stderr) == (
-                    name != "one_process")
-            # one compact line per message whatever the executor: no line in Dagster's own format (a multiprocess
-            # step process's STEP_WORKER_STARTED), no warning about the checks' outputs
-            assert " - dagster - " not in done.stderr and "did not yield" not in done.stderr, done.stderr[-2000:]
-        builds[name] = _outputs(data)
-        shutil.move(data, tmp_path / f"build_{name}")
+    builds = {"in_process": {path: data for path, data in sample_outputs.built.items()
+                             if path.split("/")[0] in blends_of["in_process"]}}
+    assert "building 7 shard(s) in 2 processes" in sample_outputs.logs["sample"]
+    assert "building 13 pools' views in 2 processes" in sample_outputs.logs["posttrain_sample"]
+    with sample_outputs.data_path_lent() as data:  # the same root: blend.json and its receipt hold its path
+        for name, seed, options in (("multiprocess", "2", ["--executor", "multiprocess"]),  # a step per process
+                                    ("one_process", "3", ["--build-processes", "1"])):  # shards one after the other
+            env = _env(tmp_path, f"home_{name}", NEMOTRON_DATA_ROOT=str(data), PYTHONHASHSEED=seed)
+            for blend in blends_of[name]:
+                done = _cli("materialize", blend, *options, env=env)
+                if blend == "sample":  # the shard run builds its shards in forked processes, unless told not to
+                    assert ("building 7 shard(s) in 2 processes" in done.stdout + done.stderr) == (
+                        name != "one_process")
+                else:  # and the views of the 13 pools, the same way
+                    assert ("building 13 pools' views in 2 processes" in done.stdout + done.stderr) == (
+                        name != "one_process")
+                # one compact line per message whatever the executor: no line in Dagster's own format (a
+                # multiprocess step process's STEP_WORKER_STARTED), no warning about the checks' outputs
+                assert " - dagster - " not in done.stderr and "did not yield" not in done.stderr, done.stderr[-2000:]
+            builds[name] = tree_bytes(data)
+            shutil.move(data, tmp_path / f"build_{name}")
     first = builds["in_process"]
     assert {"sample/sources/wiki/manifest.json", "sample/pretrain/data_path.txt", "sample/pretrain/blend.json",
             "sample/pretrain/wiki/shard_00002.bin", "posttrain_sample/harmony/nemotron_agentic/shard_00000.parquet",
