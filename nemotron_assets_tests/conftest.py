@@ -18,27 +18,6 @@ settings.register_profile("no_deadline", deadline=None)
 settings.load_profile("no_deadline")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each half of the run order starts with its share of the modules that hold ``slow`` tests (servers, clusters,
-    whole command lines: up to a minute each); the other tests follow.
-
-    ``pytest -n 2 --dist worksteal`` gives each worker one half of this order, and a worker that runs out takes the
-    end of the other's queue. In collection order most slow modules sat near the end of the second half, where one
-    could still be running alone after everything else was done. A module's tests stay together (its fixtures are
-    set up once); the slow modules are dealt, most slow tests first, to the half with fewer slow tests so far."""
-    modules: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    slow_count = {name: sum(1 for t in tests if t.get_closest_marker("slow")) for name, tests in modules.items()}
-    halves: list[list[str]] = [[], []]
-    for name in sorted((n for n in modules if slow_count[n]), key=lambda n: -slow_count[n]):
-        min(halves, key=lambda half: sum(slow_count[n] for n in half)).append(name)
-    first, second = ([t for name in half for t in modules[name]] for half in halves)
-    fast = [t for name, tests in modules.items() if not slow_count[name] for t in tests]
-    take = max(0, len(items) // 2 - len(first))  # worksteal sends the first worker the first len // 2 tests
-    items[:] = first + fast[:take] + second + fast[take:]
-
-
 #: The event log of an in-process test instance, kept in memory. Dagster's sqlite event log (what DAGSTER_HOME's
 #: instance uses) opens a new database engine for every event and creates and stamps a database file for every run:
 #: ~4 ms an event and ~0.25 s a small run, about a sixth of the suite's CPU time when every in-process test used it.
