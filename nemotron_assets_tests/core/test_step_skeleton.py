@@ -125,3 +125,37 @@ def test_a_partition_outside_its_datasets_current_plan_gets_its_own_error_and_th
                                                "b/source_split")
     assert isinstance(builds["code/shard_00000"], NotReady) and "materialize b/source_split partition 'code'" in str(
         builds["code/shard_00000"])
+
+
+def test_builds_that_spread_over_the_cores_run_one_after_another_each_on_every_core(tmp_path, monkeypatch):
+    """Builds that spread their own work over the cores they get (large Harmony shards) are not forked: each runs in
+    the step, on every core, in partition order; one build that does not spread brings back one process per build."""
+    import os
+
+    from nemotron_assets.core import step
+
+    monkeypatch.setattr(step, "usable_cores", lambda: 2)
+    store = Storage(str(tmp_path / "data"))
+
+    def shard(name: str, spreads: bool) -> ShardBuild:
+        def build(folder, report, cores):
+            (folder / "shard.txt").write_text(f"{os.getpid()} {cores}")
+            return Staged({".txt": folder / "shard.txt"}, {})
+        return ShardBuild(Output(f"{name}/shard", {}, "shard", name), build, spreads=spreads)
+
+    def run(builds: dict[str, ShardBuild]) -> tuple[list[str], dict[str, tuple[int, int]]]:
+        lines: list[str] = []
+        with ShardRun(store, lines.append, processes=2, force=True) as shard_run:
+            shard_run.plan(builds)
+            for name in builds:
+                assert shard_run.outcome(name).status == "built"
+        ran = {name: tuple(map(int, (tmp_path / "data" / name / "shard.txt").read_text().split())) for name in builds}
+        return lines, ran
+
+    lines, ran = run({name: shard(name, True) for name in ("a", "b", "c")})
+    assert "building 3 shard(s) one after another, each on 2 cores" in lines
+    assert ran == dict.fromkeys("abc", (os.getpid(), 2))
+
+    lines, ran = run({"a": shard("a", True), "b": shard("b", False)})
+    assert "building 2 shard(s) in 2 processes, 1 core(s) each" in lines
+    assert all(pid != os.getpid() and cores == 1 for pid, cores in ran.values())

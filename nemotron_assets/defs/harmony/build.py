@@ -165,14 +165,19 @@ def build_harmony_shard(manifest: SourceManifest, index: int, family: str, sourc
 
 
 def _processes(manifest: SourceManifest, index: int, cores: int) -> int:
-    """How many processes normalize shard ``index``: ``cores`` when it holds at least ``PARALLEL_BYTES`` of local
-    files (starting workers takes a few tens of milliseconds), else one, this one."""
+    """How many processes normalize shard ``index``: ``cores`` when it `spreads_over_cores`, else one, this one."""
+    return cores if cores >= 2 and spreads_over_cores(manifest, index) else 1
+
+
+def spreads_over_cores(manifest: SourceManifest, index: int) -> bool:
+    """Whether shard ``index`` is normalized in pieces by worker processes when given two cores or more: it holds at
+    least ``PARALLEL_BYTES`` of local files (starting workers takes a few tens of milliseconds)."""
     ranges = manifest.shards[index].ranges
     files = [manifest.files[file_range.file_index] for file_range in ranges]
-    if cores < 2 or not fork_available() or any(is_remote(source.url) for source in files):
-        return 1
+    if not fork_available() or any(is_remote(source.url) for source in files):
+        return False
     stored = sum(source.size * (r.row_end - r.row_start) // max(source.rows, 1) for source, r in zip(files, ranges))
-    return cores if stored >= PARALLEL_BYTES else 1
+    return stored >= PARALLEL_BYTES
 
 
 # --- in one process -----------------------------------------------------------------------------------------------

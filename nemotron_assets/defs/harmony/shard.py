@@ -22,7 +22,7 @@ from nemotron_assets.core.layout import ShardKey
 from nemotron_assets.core.records import Freshness, freshness
 from nemotron_assets.core.step import Output, ShardBuild, Staged
 from nemotron_assets.core.storage import Storage
-from nemotron_assets.defs.harmony.build import build_harmony_shard
+from nemotron_assets.defs.harmony.build import build_harmony_shard, spreads_over_cores
 from nemotron_assets.defs.harmony.layout import harmony_shard_prefix
 from nemotron_assets.defs.sources.manifest import read_options
 from nemotron_assets.normalize.families import mapper_version
@@ -93,4 +93,4 @@ def shard_build(dataset: HarmonyDataset, manifest: SourceManifest, key: ShardKey
                       digests={".parquet": {"bytes": stats.bytes, "sha256": stats.sha256}})
 
     local = not any(is_remote(manifest.files[r.file_index].url) for r in manifest.shards[key.index].ranges)
-    return ShardBuild(output, build, forkable=local)
+    return ShardBuild(output, build, forkable=local, spreads=spreads_over_cores(manifest, key.index))
