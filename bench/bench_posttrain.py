@@ -11,7 +11,9 @@ and half Nemotron-Agentic (split ``tool_calling``: an empty system turn, 1-3 too
 tool results as text or objects), shaped like the real rows (``nemotron_assets_tests/normalize/fixtures/``) and
 about ``--row-bytes`` each; every row is unique. ``on_error: skip``. ``--curation all`` adds ``curation: {pools:
 all}`` (every pool, its views and the behavior report); the default asks for none, so the build is normalizing and
-dedup. A ``--compare-tree`` older than curation-on-request builds every pool whatever this says.
+dedup. A ``--compare-tree`` runs the same blend with the same options; with ``--compare-predates-curation`` (a tree
+older than curation-on-request, which builds every pool whatever the blend says) it gets the blend without the
+``curation:`` section and no options.
 
 Measured for each run of the CLI (``cli_runs.py``: a fresh temp ``DAGSTER_HOME`` and ``NEMOTRON_DATA_ROOT``, the
 process tree sampled from ``/proc``): wall time, CPU seconds of the whole tree and its utilisation, each step's
@@ -228,6 +230,8 @@ def main() -> int:
                         help="where the generated input is kept between invocations")
     parser.add_argument("--compare-tree", default=None,
                         help="another checkout whose CLI runs on the same blend in this invocation")
+    parser.add_argument("--compare-predates-curation", action="store_true",
+                        help="the compare tree is older than curation-on-request: give it the blend without curation")
     parser.add_argument("--keep-outputs", action="store_true", help="keep each run's data root and instance")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
@@ -255,9 +259,10 @@ def main() -> int:
               f"{size / baseline_s / 1e6:.0f} MB/s")
         for name, tree, key in trees:
             ours = tree == REPO
+            old = not ours and args.compare_predates_curation
             views_against_read = ours and args.curation == "all"
-            measured = run_cli(tree, cache / (f"blends-{args.curation}" if ours else "blends-unnamed"), BLEND,
-                               extra if ours else ["--log-level", "WARNING"], args.keep_outputs or views_against_read)
+            measured = run_cli(tree, cache / ("blends-unnamed" if old else f"blends-{args.curation}"), BLEND,
+                               ["--log-level", "WARNING"] if old else extra, args.keep_outputs or views_against_read)
             report(f"run {run}, {name}", measured, baseline_s, TARGET_RATIO[args.curation])
             if views_against_read:
                 read_s = read_pools(measured.data_root / BLEND / "pools")
