@@ -242,8 +242,9 @@ class ShardRun:
     error of one shard (planning, building or committing) is raised by its own ``outcome`` and by no other.
     Leaving the context kills the builds still running and removes their staging folders.
 
-    When every build to run ``spreads`` its own work over the cores it is given, ``outcome`` builds each in turn on
-    every core instead: a shard cannot be split between two processes, its pieces can. Six 200 MB Harmony shards
+    When every build to run ``spreads`` its own work over the cores it is given, and ``processes`` is left at 0,
+    ``outcome`` builds each in turn on every core instead: a shard cannot be split between two processes, its pieces
+    can. Six 200 MB Harmony shards
     (two datasets, one twice as costly per row) in two processes kept one core idle for the last 9 s of 45 s; one
     after another, each on both cores, the step took 42 s (bench/README.md)."""
 
@@ -251,6 +252,7 @@ class ShardRun:
                  prepare: Callable[[], object] | None = None, what: str = "shard(s)") -> None:
         self.store, self.log, self.force, self.what = store, log, force, what
         self.processes = build_processes(processes)
+        self.processes_chosen = processes != 0  # the run config named a number: fork that many, whatever the builds
         self.prepare = prepare or (lambda: None)
         # per partition: up to date (its outcome), to build (pending: one, or all its outputs built together), or
         # the error its outcome raises
@@ -284,7 +286,7 @@ class ShardRun:
         forked = sorted((p for p in to_build if self._builds[p].forkable), key=lambda p: -self._builds[p].cost)
         if self.processes < 2 or len(forked) < 2:
             return
-        if all(self._builds[p].spreads for p in forked):
+        if not self.processes_chosen and all(self._builds[p].spreads for p in forked):
             self.log(f"building {len(forked)} {self.what} one after another, each on {usable_cores()} cores")
             return
         processes = min(self.processes, len(forked))

@@ -129,12 +129,14 @@ def test_a_partition_outside_its_datasets_current_plan_gets_its_own_error_and_th
 
 def test_builds_that_spread_over_the_cores_run_one_after_another_each_on_every_core(tmp_path, monkeypatch):
     """Builds that spread their own work over the cores they get (large Harmony shards) are not forked: each runs in
-    the step, on every core, in partition order; one build that does not spread brings back one process per build."""
+    the step, on every core, in partition order. One build that does not spread, or a number of build processes the
+    run config names, brings back one process per build."""
     import os
 
-    from nemotron_assets.core import step
+    from nemotron_assets.core import step, workers
 
     monkeypatch.setattr(step, "usable_cores", lambda: 2)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     store = Storage(str(tmp_path / "data"))
 
     def shard(name: str, spreads: bool) -> ShardBuild:
@@ -143,9 +145,9 @@ def test_builds_that_spread_over_the_cores_run_one_after_another_each_on_every_c
             return Staged({".txt": folder / "shard.txt"}, {})
         return ShardBuild(Output(f"{name}/shard", {}, "shard", name), build, spreads=spreads)
 
-    def run(builds: dict[str, ShardBuild]) -> tuple[list[str], dict[str, tuple[int, int]]]:
+    def run(builds: dict[str, ShardBuild], processes: int = 0) -> tuple[list[str], dict[str, tuple[int, int]]]:
         lines: list[str] = []
-        with ShardRun(store, lines.append, processes=2, force=True) as shard_run:
+        with ShardRun(store, lines.append, processes=processes, force=True) as shard_run:
             shard_run.plan(builds)
             for name in builds:
                 assert shard_run.outcome(name).status == "built"
@@ -156,6 +158,8 @@ def test_builds_that_spread_over_the_cores_run_one_after_another_each_on_every_c
     assert "building 3 shard(s) one after another, each on 2 cores" in lines
     assert ran == dict.fromkeys("abc", (os.getpid(), 2))
 
-    lines, ran = run({"a": shard("a", True), "b": shard("b", False)})
-    assert "building 2 shard(s) in 2 processes, 1 core(s) each" in lines
-    assert all(pid != os.getpid() and cores == 1 for pid, cores in ran.values())
+    for builds, processes in (({"a": shard("a", True), "b": shard("b", False)}, 0),
+                              ({"a": shard("a", True), "b": shard("b", True)}, 2)):
+        lines, ran = run(builds, processes)
+        assert "building 2 shard(s) in 2 processes, 1 core(s) each" in lines
+        assert all(pid != os.getpid() and cores == 1 for pid, cores in ran.values())

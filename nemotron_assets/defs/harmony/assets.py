@@ -65,8 +65,10 @@ class RebuildConfig(dg.Config):
 
 class ShardRunConfig(RebuildConfig):
     build_processes: int = Field(0, description="Shards of this run built at the same time, each in a process forked "
-                                                "from the step: 0 = one per core (at most 8); 1 = one after the "
-                                                "other in the step.")
+                                                "from the step: 0 = one per core (at most 8), or one after the other, "
+                                                "each on every core, when every shard spreads its own work over the "
+                                                "cores (a Harmony shard of 16 MB or more); 1 = one after the other "
+                                                "in the step.")
 
 
 class PoolConfig(RebuildConfig):
