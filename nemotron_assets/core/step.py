@@ -244,9 +244,8 @@ class ShardRun:
 
     When every build to run ``spreads`` its own work over the cores it is given, and ``processes`` is left at 0,
     ``outcome`` builds each in turn on every core instead: a shard cannot be split between two processes, its pieces
-    can. Six 200 MB Harmony shards
-    (two datasets, one twice as costly per row) in two processes kept one core idle for the last 9 s of 45 s; one
-    after another, each on both cores, the step took 42 s (bench/README.md)."""
+    can. Six 200 MB Harmony shards (two datasets, one twice as costly per row) in two processes kept one core idle for
+    the last 9 s of 45 s; one after another, each on both cores, the step took 42 s (bench/README.md)."""
 
     def __init__(self, store: Storage, log: Log, *, force: bool = False, processes: int = 0,
                  prepare: Callable[[], object] | None = None, what: str = "shard(s)") -> None:
