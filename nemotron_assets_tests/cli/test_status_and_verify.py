@@ -1,5 +1,6 @@
 """``status`` and ``verify`` as a user runs them (``cli.main``), against a sqlite instance in a temp DAGSTER_HOME that
-holds real runs of the sample blend, and files or settings that a test then changes. Every consumer uses one
+holds real runs of the sample blend (built once per test process and copied back for each test, `built`), and files
+or settings that a test then changes. Every consumer uses one
 definition of "up to date" (records.py): these tests change each class of input and watch status, verify, the
 listing asset and materialize agree."""
 
@@ -21,19 +22,69 @@ from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_
 BERT = REPO / "nemotron_assets_tests" / "fixtures" / "megatron" / "bert_tokenizer"
 
 
+def _fresh_deployment(place: Path) -> None:
+    """DAGSTER_HOME (the bundled dagster.yaml), no data yet, and a copy of the bundled blends, in ``place``."""
+    shutil.rmtree(place, ignore_errors=True)
+    (place / "dagster_home").mkdir(parents=True)
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", place / "dagster_home" / "dagster.yaml")
+    shutil.copytree(REPO / "blends", place / "blends")
+
+
+def _use(patch: pytest.MonkeyPatch, place: Path) -> None:
+    patch.setenv("DAGSTER_HOME", str(place / "dagster_home"))
+    patch.setenv("NEMOTRON_DATA_ROOT", str(place / "data"))
+    patch.setenv("NEMOTRON_BLENDS_DIR", str(place / "blends"))
+
+
+@pytest.fixture(scope="session")
+def place(tmp_path_factory) -> Path:
+    """Where this test process's deployment lives, one test at a time: always the same folder, because receipts
+    name their input files by absolute path, so a deployment built here can be copied back here as it was."""
+    return tmp_path_factory.getbasetemp() / "deployment"
+
+
+@pytest.fixture(scope="session")
+def built_once(place, tmp_path_factory) -> Path:
+    """A copy of a deployment in ``place`` whose instance holds real runs of the whole sample blend, made once per
+    test process; `built` copies it back for each test."""
+    _fresh_deployment(place)
+    with pytest.MonkeyPatch.context() as patch:
+        _use(patch, place)
+        with dg.DagsterInstance.get() as instance:
+            _, pipeline = pipeline_for(place / "blends" / "sample.yaml")
+            materialize_all(pipeline, str(place / "data"), instance)
+    kept = tmp_path_factory.mktemp("built_sample") / "deployment"
+    shutil.copytree(place, kept)  # copy2 keeps modification times: inputs and outputs look as they did when built
+    return kept
+
+
+@pytest.fixture
+def deployment(place, monkeypatch) -> Path:
+    """A fresh deployment in ``place`` as this process's environment; returns ``place``."""
+    _fresh_deployment(place)
+    _use(monkeypatch, place)
+    return place
+
+
+@pytest.fixture
+def sample_blends(deployment) -> Path:
+    """The deployment's copy of the bundled blends, which a test may modify."""
+    return deployment / "blends"
+
+
 @pytest.fixture
 def env(deployment) -> Path:
-    """DAGSTER_HOME, data root and blends folder of a fresh deployment; returns the data root."""
+    """The data root of a fresh deployment (DAGSTER_HOME, data root and blends folder set); returns the data root."""
     return deployment / "data"
 
 
 @pytest.fixture
-def built(env, sample_blends) -> Path:
-    """The whole sample blend materialized into the DAGSTER_HOME instance; returns its pretrain folder."""
-    with dg.DagsterInstance.get() as instance:
-        _, pipeline = pipeline_for(sample_blends / "sample.yaml")
-        materialize_all(pipeline, str(env), instance)
-    return env / "sample" / "pretrain"
+def built(deployment, built_once) -> Path:
+    """The deployment after the whole sample blend was materialized into its DAGSTER_HOME instance (copied back from
+    `built_once`); returns its pretrain folder."""
+    shutil.rmtree(deployment)
+    shutil.copytree(built_once, deployment)
+    return deployment / "data" / "sample" / "pretrain"
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
