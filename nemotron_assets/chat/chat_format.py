@@ -7,6 +7,7 @@ the same format from it (`pool.py`) and a receipt can record it.
 """
 
 import functools
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -19,6 +20,7 @@ from nemotron_assets.chat.samples import ChatTemplate
 from nemotron_assets.chat.templates import RENDER_DATE, JinjaChatTemplate, end_of_turn_text, load_template
 from nemotron_assets.chat.tokenizer_choice import load_chat_tokenizer
 from nemotron_assets.chat.tokenizers import ChatTokenizer
+from nemotron_assets.tokenize.loading import locate_tokenizer
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,15 @@ class ChatFormat:
         return truncate_sample(ids, mask, max_tokens, self.end_of_turn_ids())
 
 
-@functools.lru_cache(maxsize=4)
 def cached_chat_tokenizer(spec: str, revision: str | None, backend: str) -> ChatTokenizer:
-    """One tokenizer per process and setting: Llama-3 with its fast path's probe check costs seconds to load."""
+    """One tokenizer per process, setting and tokenizer file content: Llama-3 with its fast path's probe check costs
+    seconds to load, and a file replaced between two builds in one process (the Python API) is loaded again."""
+    identity = None if spec == O200K_HARMONY else locate_tokenizer(spec, revision).identity()
+    return _chat_tokenizer(spec, revision, backend, json.dumps(identity, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4)
+def _chat_tokenizer(spec: str, revision: str | None, backend: str, identity: str) -> ChatTokenizer:
     return load_chat_tokenizer(spec, revision, backend)
 
 

@@ -280,18 +280,20 @@ def load_tokenizer(spec: str, revision: str | None, options: DocumentOptions,
     return LoadedTokenizer(files, options)
 
 
-_LOADED: dict[tuple, Future] = {}  # (spec, revision, options, tiktoken) -> the tokenizer being loaded or loaded
+_LOADED: dict[tuple, Future] = {}  # (spec, ..., file identity) -> the tokenizer being loaded or loaded
 _LOADED_LOCK = threading.Lock()
 _KEEP_LOADED = 4
 
 
 def cached_tokenizer(spec: str, revision: str | None, options: DocumentOptions,
                      tiktoken: TiktokenSettings = TiktokenSettings()) -> "LoadedTokenizer | ModelFileTokenizer":
-    """One loaded tokenizer per process and setting: loading Llama-3 costs about a second.
+    """One loaded tokenizer per process, setting and tokenizer file content: loading Llama-3 costs about a second,
+    and a file replaced between two builds in one process (the Python API) is loaded again, as it is now.
 
     Safe to call from several threads: a second caller waits for the first one's load instead of loading again.
     A failed load is not kept: the callers waiting for it get its error, and the next call tries again."""
-    key = (spec, revision, options, tiktoken)
+    identity = locate_any_tokenizer(spec, revision, tiktoken).identity()  # the file's sha256: hashed once per version
+    key = (spec, revision, options, tiktoken, json.dumps(identity, sort_keys=True))
     with _LOADED_LOCK:
         loading = _LOADED.get(key)
         mine = loading is None
