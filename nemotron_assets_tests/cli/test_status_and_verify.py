@@ -1,8 +1,7 @@
 """``status`` and ``verify`` as a user runs them (``cli.main``), against a sqlite instance in a temp DAGSTER_HOME that
 holds real runs of the sample blend (built once per test process and copied back for each test, `built`), and files
-or settings that a test then changes. Every consumer uses one
-definition of "up to date" (records.py): these tests change each class of input and watch status, verify, the
-listing asset and materialize agree."""
+or settings that a test then changes. Every consumer uses one definition of "up to date" (records.py): these tests
+change each class of input and watch status, verify, the listing asset and materialize agree."""
 
 import json
 import os
