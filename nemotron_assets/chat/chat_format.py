@@ -72,6 +72,7 @@ def cached_chat_tokenizer(spec: str, revision: str | None, backend: str) -> Chat
 
 @functools.lru_cache(maxsize=4)
 def _chat_tokenizer(spec: str, revision: str | None, backend: str, identity: str) -> ChatTokenizer:
+    """The load behind `cached_chat_tokenizer`; ``identity`` (the files' JSON identity) is only part of the key."""
     return load_chat_tokenizer(spec, revision, backend)
 
 
