@@ -48,16 +48,22 @@ def sample_blends(tmp_path) -> Path:
     return target
 
 
+def set_up_deployment(place: Path, patch: pytest.MonkeyPatch) -> None:
+    """A fresh instance in ``place/dagster_home`` (the bundled dagster.yaml), data root ``place/data`` and blends
+    folder ``place/blends`` (the caller's), as this process's environment."""
+    home = place / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    patch.setenv("DAGSTER_HOME", str(home))
+    patch.setenv("NEMOTRON_DATA_ROOT", str(place / "data"))
+    patch.setenv("NEMOTRON_BLENDS_DIR", str(place / "blends"))
+
+
 @pytest.fixture
 def deployment(tmp_path, sample_blends, monkeypatch) -> Path:
     """A fresh instance (the bundled dagster.yaml), data root ``tmp_path/data`` and copy of the bundled blends, as
     this process's environment; returns ``tmp_path``."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv("NEMOTRON_DATA_ROOT", str(tmp_path / "data"))
-    monkeypatch.setenv("NEMOTRON_BLENDS_DIR", str(sample_blends))
+    set_up_deployment(tmp_path, monkeypatch)
     return tmp_path
 
 

@@ -15,24 +15,17 @@ import pytest
 import yaml
 
 from nemotron_assets.cli import main
-from nemotron_assets_tests.conftest import REPO
+from nemotron_assets_tests.conftest import REPO, set_up_deployment
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for, run_asset, shard_keys
 
 BERT = REPO / "nemotron_assets_tests" / "fixtures" / "megatron" / "bert_tokenizer"
 
 
-def _fresh_deployment(place: Path) -> None:
-    """DAGSTER_HOME (the bundled dagster.yaml), no data yet, and a copy of the bundled blends, in ``place``."""
+def _fresh_deployment(place: Path, patch: pytest.MonkeyPatch) -> None:
+    """A fresh deployment in ``place`` (conftest.py `set_up_deployment`, with a copy of the bundled blends)."""
     shutil.rmtree(place, ignore_errors=True)
-    (place / "dagster_home").mkdir(parents=True)
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", place / "dagster_home" / "dagster.yaml")
     shutil.copytree(REPO / "blends", place / "blends")
-
-
-def _use(patch: pytest.MonkeyPatch, place: Path) -> None:
-    patch.setenv("DAGSTER_HOME", str(place / "dagster_home"))
-    patch.setenv("NEMOTRON_DATA_ROOT", str(place / "data"))
-    patch.setenv("NEMOTRON_BLENDS_DIR", str(place / "blends"))
+    set_up_deployment(place, patch)
 
 
 @pytest.fixture(scope="session")
@@ -46,9 +39,8 @@ def place(tmp_path_factory) -> Path:
 def built_once(place, tmp_path_factory) -> Path:
     """A copy of a deployment in ``place`` whose instance holds real runs of the whole sample blend, made once per
     test process; `built` copies it back for each test."""
-    _fresh_deployment(place)
     with pytest.MonkeyPatch.context() as patch:
-        _use(patch, place)
+        _fresh_deployment(place, patch)
         with dg.DagsterInstance.get() as instance:
             _, pipeline = pipeline_for(place / "blends" / "sample.yaml")
             materialize_all(pipeline, str(place / "data"), instance)
@@ -60,8 +52,7 @@ def built_once(place, tmp_path_factory) -> Path:
 @pytest.fixture
 def deployment(place, monkeypatch) -> Path:
     """A fresh deployment in ``place`` as this process's environment; returns ``place``."""
-    _fresh_deployment(place)
-    _use(monkeypatch, place)
+    _fresh_deployment(place, monkeypatch)
     return place
 
 
