@@ -71,6 +71,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 # --- tokens and vocabulary ------------------------------------------------------------------------------------------
 
 START = "<|start|>"
@@ -329,30 +331,30 @@ def _namespace_section(namespace: str, description: str | None, tools: Sequence[
         parts += [prefix + line for line in _lines(description)]
     if tools:
         parts.append(f"namespace {namespace} {{\n")
-        for tool in tools:
-            parts += [f"// {line}" for line in _lines(tool.description)]
-            signature = "()" if tool.parameters is None else f"(_: {_parameters_type(tool.parameters)})"
-            parts.append(f"type {tool.name} = {signature} => any;\n")
+        parts += [_tool_declaration(tool.name, tool.description, tool.parameters) for tool in tools]
         parts.append(f"}} // namespace {namespace}")
     return "\n".join(parts)
 
 
-#: A tool's parameters type by the ``repr`` of its schema (key order, ints against floats, NaN against None all show
-#: in it, so equal keys render equally): a dataset's rows combine a few tools into many tool sets, and writing a
-#: schema's type is most of the cost of a tool row's developer message.
-_PARAMETER_TYPES: dict[str, str] = {}
-_PARAMETER_TYPES_KEPT = 1024
+#: Tools' declarations by the ``repr`` of the tool (key order, ints against floats, NaN against None all show in it,
+#: so equal keys render equally): a dataset's rows combine a few tools into many tool sets, and writing a tool's
+#: declaration, its schema's type above all, is most of the cost of a tool row's developer message.
+_TOOL_DECLARATIONS: dict[str, str] = {}
+_TOOL_DECLARATIONS_KEPT = 1024
 
 
-def _parameters_type(parameters: Any) -> str:
-    key = repr(parameters)
-    rendered = _PARAMETER_TYPES.get(key)
-    if rendered is None:
-        rendered = json_schema_to_typescript(parameters)
-        if len(_PARAMETER_TYPES) >= _PARAMETER_TYPES_KEPT:
-            _PARAMETER_TYPES.clear()
-        _PARAMETER_TYPES[key] = rendered
-    return rendered
+def _tool_declaration(name: str, description: str, parameters: Any) -> str:
+    """One tool in its namespace: its description as ``//`` lines, then ``type name = (_: T) => any;``."""
+    key = repr((name, description, parameters))
+    declaration = _TOOL_DECLARATIONS.get(key)
+    if declaration is None:
+        signature = "()" if parameters is None else f"(_: {json_schema_to_typescript(parameters)})"
+        comments = [f"// {line}" for line in _lines(description)]
+        declaration = "\n".join([*comments, f"type {name} = {signature} => any;\n"])
+        if len(_TOOL_DECLARATIONS) >= _TOOL_DECLARATIONS_KEPT:
+            _TOOL_DECLARATIONS.clear()
+        _TOOL_DECLARATIONS[key] = declaration
+    return declaration
 
 
 def _lines(text: str) -> list[str]:
@@ -685,6 +687,7 @@ def _content_type_problem(content_type: str, recipient: str | None) -> str | Non
     return None if writable else f"content type {content_type!r} cannot be written in a header"
 
 
+@functools.lru_cache(maxsize=4096)  # a conversation's header words are a few names, asked of every message
 def _is_header_word(value: str) -> bool:
     """Non-empty, no whitespace (the header is split on it), no ``<`` (a channel name ends there)."""
     return _HEADER_WORD.fullmatch(value) is not None
@@ -957,8 +960,14 @@ def _is_tool_author(name: str) -> bool:
 
 
 def _is_json(text: str) -> bool:
+    """Whether ``json.loads`` reads ``text``. orjson answers first, several times faster on a call's arguments; what it
+    refuses and ``json`` may still read (NaN, an integer past 64 bits, a lone surrogate's escape, deep nesting) is
+    asked of ``json``."""
     try:
-        json.loads(text)
-    except ValueError:
-        return False
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            json.loads(text)
+        except ValueError:
+            return False
     return True

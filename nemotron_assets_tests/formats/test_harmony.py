@@ -478,9 +478,10 @@ def test_number_defaults_print_like_serde_json(harmony_encoding, value):
 
 
 def test_a_tools_type_is_reused_only_for_the_same_schema(harmony_encoding):
-    """Tools' parameter types are kept between rows (formats/harmony.py ``_parameters_type``). Schemas Python calls
+    """Tools' declarations are kept between rows (formats/harmony.py ``_tool_declaration``). Schemas Python calls
     equal but the library prints differently (1, 1.0 and True as a default; properties in another order) must each
-    print as the library prints them, whichever came first."""
+    print as the library prints them, whichever came first; so must tools of one schema with other names and
+    descriptions."""
     schemas = [{"type": "object", "properties": {"x": {"type": "number", "default": value}}}
                for value in (1, 1.0, True, 1, True)]
     schemas += [{"type": "object", "properties": dict(pairs)}
@@ -488,9 +489,10 @@ def test_a_tools_type_is_reused_only_for_the_same_schema(harmony_encoding):
                               [("b", {"type": "number"}), ("a", {"type": "string"})])]
     assert schemas[0] == schemas[1] == schemas[2] and schemas[5] == schemas[6]
     for schema in schemas:
-        tool = ToolSpec("f", "", schema)
-        assert library_text(harmony_encoding, [library_developer(None, (tool,))]).endswith(
-            developer_content(None, [tool]) + "<|end|>")
+        for name, description in (("f", ""), ("g", ""), ("g", "Two\nlines."), ("f", "Two\nlines.")):
+            tool = ToolSpec(name, description, schema)
+            assert library_text(harmony_encoding, [library_developer(None, (tool,))]).endswith(
+                developer_content(None, [tool]) + "<|end|>")
 
 
 # --- round trips ----------------------------------------------------------------------------------------------------
@@ -675,6 +677,37 @@ GOOD = render_harmony(CASES["tool_call_result_final"].ours())
 def test_validation_names_the_problem(text, reason):
     reasons = validate_harmony(text)
     assert any(reason in found for found in reasons), reasons
+
+
+#: Texts near JSON: JSON values written by ``json`` (NaN, infinities and integers past 64 bits included), then a
+#: character inserted or cut anywhere; or short runs of the characters JSON is made of.
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+NEAR_JSON = st.one_of(
+    st.builds(lambda text, at, insert, cut: text[:at] + insert + text[at + cut:],
+              JSON_VALUES.map(json.dumps), st.integers(0, 40),
+              st.sampled_from(["", ",", "]", "}", '"', "\\", "\ufeff", "\x00", " ", "e", "-", "\ud800"]),
+              st.integers(0, 1)),
+    st.text(alphabet='{}[]":,.-+eE0123456789 tfnrual\\NIy\ud800', max_size=12),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(NEAR_JSON)
+def test_call_arguments_are_valid_json_exactly_when_json_reads_them(arguments):
+    """Validation says a call's arguments are not valid JSON exactly when ``json.loads`` refuses them (the check asks
+    orjson first, and ``json`` only what orjson refuses)."""
+    try:
+        json.loads(arguments)
+        readable = True
+    except ValueError:
+        readable = False
+    call = Message.function_call("f", arguments)
+    reasons = validate_messages([call, Message.function_result("f", "{}"), Message.final("ok")])
+    assert ("tool call arguments are not valid JSON" in " ".join(reasons)) is not readable
 
 
 def test_parse_raises_on_broken_structure_with_every_reason():

@@ -9,14 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai_harmony import Author, Conversation, RenderConversationConfig, Role, TextContent
 from openai_harmony import Message as LibraryMessage
 
 from nemotron_assets.defs.harmony.build import SCHEMA
 from nemotron_assets.normalize.base import NormalizedRow
-from nemotron_assets.normalize.canonical import assistant
+from nemotron_assets.normalize.canonical import assistant, canonical_json
 from nemotron_assets.normalize.families import normalize_row
-from nemotron_assets.normalize.record import COLUMNS, INVALID_FLAGS, has_placeholder_prompt, to_record
+from nemotron_assets.normalize.record import COLUMNS, INVALID_FLAGS, _tools_id, has_placeholder_prompt, to_record
 from nemotron_assets_tests.harmony_reference import library_developer, library_system
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -59,6 +61,44 @@ def test_tools_id_is_the_sha1_of_hand_written_canonical_json_in_any_key_order():
     assert record({"messages": CHAT, "tools": [WEATHER]})["source_tools_id"] == expected
     assert record({"messages": CHAT, "tools": [WEATHER_REORDERED]})["source_tools_id"] == expected
     assert record({"messages": CHAT})["source_tools_id"] is None
+
+
+#: JSON values a tool may hold: floats of any size (NaN and the infinities included), integers past 64 bits, text
+#: with lone surrogates (the stored JSON escapes them), keys in any order.
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+TOOLS = st.lists(st.builds(lambda name, rest: {"type": "function", "function": {"name": name, **rest}},
+                           st.sampled_from(["a", "b"]),
+                           st.dictionaries(st.sampled_from(["parameters", "description", "x"]), JSON_VALUES)),
+                 min_size=1, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TOOLS, min_size=1, max_size=4))
+def test_tools_id_is_the_sha1_of_the_canonical_json_whatever_rows_came_before(tool_sets):
+    """Tools' canonical texts are kept between rows (record.py ``_canonical_tool``): each set's id is still the sha1
+    of its own canonical JSON, in a process that has seen any sets before it."""
+    for tools in tool_sets:
+        expected = hashlib.sha1(canonical_json(tools).encode("utf-8", "surrogatepass")).hexdigest()
+        assert _tools_id(tools) == expected
+
+
+def test_a_null_default_gets_its_own_tools_id_after_a_nan_default():
+    """The stored JSON writes NaN as null: a tool with a null default after one with a NaN default must not get the
+    first one's id."""
+    def tools(default: str) -> list:
+        schema = '{"type": "object", "properties": {"x": {"type": "number", "default": ' + default + "}}}"
+        return [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+
+    with_nan = record({"messages": CHAT, "tools": tools("NaN")})["source_tools_id"]
+    with_null = record({"messages": CHAT, "tools": tools("null")})["source_tools_id"]
+    assert with_nan != with_null
+    assert with_null == hashlib.sha1(
+        b'[{"function":{"name":"f","parameters":{"properties":{"x":{"default":null,"type":"number"}},'
+        b'"type":"object"}},"type":"function"}]').hexdigest()
 
 
 def test_tools_column_keeps_the_source_schema_and_its_key_order():
