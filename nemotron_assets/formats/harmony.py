@@ -961,8 +961,7 @@ def _is_tool_author(name: str) -> bool:
 
 def _is_json(text: str) -> bool:
     """Whether ``json.loads`` reads ``text``. orjson answers first, several times faster on a call's arguments; what it
-    refuses and ``json`` may still read (NaN, an integer past 64 bits, a lone surrogate's escape, deep nesting) is
-    asked of ``json``."""
+    refuses and ``json`` may still read (NaN, the infinities, a lone surrogate's escape) is asked of ``json``."""
     try:
         orjson.loads(text)
     except orjson.JSONDecodeError:

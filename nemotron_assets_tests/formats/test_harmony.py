@@ -679,16 +679,19 @@ def test_validation_names_the_problem(text, reason):
     assert any(reason in found for found in reasons), reasons
 
 
-#: Texts near JSON: JSON values written by ``json`` (NaN, infinities and integers past 64 bits included), then a
-#: character inserted or cut anywhere; or short runs of the characters JSON is made of.
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.floats() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(max_size=4),
+#: Short text, or short text and a lone surrogate (Hypothesis's text has none).
+SURROGATE_TEXT = st.text(max_size=4) | st.builds(lambda text, surrogate: text + surrogate, st.text(max_size=3),
+                                                 st.sampled_from(["\ud800", "\udfff"]))
+#: Texts near JSON: JSON values written by ``json`` (NaN, infinities, integers past 64 bits and lone surrogates
+#: included), then a character inserted or cut anywhere; or short runs of the characters JSON is made of.
+ANY_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers(min_value=-(2**70), max_value=2**70) | SURROGATE_TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
     max_leaves=6,
 )
 NEAR_JSON = st.one_of(
     st.builds(lambda text, at, insert, cut: text[:at] + insert + text[at + cut:],
-              JSON_VALUES.map(json.dumps), st.integers(0, 40),
+              ANY_JSON_VALUES.map(json.dumps), st.integers(0, 40),
               st.sampled_from(["", ",", "]", "}", '"', "\\", "\ufeff", "\x00", " ", "e", "-", "\ud800"]),
               st.integers(0, 1)),
     st.text(alphabet='{}[]":,.-+eE0123456789 tfnrual\\NIy\ud800', max_size=12),
