@@ -12,7 +12,8 @@ without hf_xet (``HF_HUB_DISABLE_XET=1``), as huggingface_hub 2.4.0 sends it (it
 Files are LFS when the Hub's default .gitattributes would make them so (here: .parquet, .zst, .npy, .arrow) or
 larger than 10 MB, else regular. The state (repos, their files, the stored LFS objects, every request) is in memory
 and readable by the test. ``hold_uploads_after=N``: LFS uploads after the first N are held (never answered) until
-``release()``, so a test can kill the client midway.
+``release()``, so a test can kill the client midway; ``settle()`` then waits until the killed client's last requests
+(held, or still being read) are done, so they are not counted with the next client's.
 """
 
 import base64
@@ -20,6 +21,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -48,6 +50,9 @@ class HubServer:
         self.upload_held = threading.Event()
         self._release = threading.Event()
         self._lock = threading.Lock()
+        self._connections = threading.Condition()
+        self._open = 0  # connections being handled
+        self._last_opened = time.monotonic()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._http.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._http.server_address[1]}"
@@ -65,6 +70,23 @@ class HubServer:
         """Stop holding uploads (held ones are then dropped: their client is gone)."""
         self.hold_uploads_after = None
         self._release.set()
+
+    def settle(self, quiet: float = 1.0, timeout: float = 60.0) -> None:
+        """Wait until no connection is open and none has opened for ``quiet`` seconds (longer than the server's 0.5 s
+        poll, so a request a killed client left queued is accepted and answered first)."""
+        deadline = time.monotonic() + timeout
+        with self._connections:
+            while self._open or time.monotonic() - self._last_opened < quiet:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the Hub still had {self._open} connection(s) open after {timeout} s")
+                self._connections.wait(0.1)
+
+    def _connection(self, opened: bool) -> None:
+        with self._connections:
+            self._open += 1 if opened else -1
+            if opened:
+                self._last_opened = time.monotonic()
+            self._connections.notify_all()
 
     # --- the API --------------------------------------------------------------------------------------------------
     def create_repo(self, body: dict) -> tuple[int, dict]:
@@ -156,6 +178,13 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's name
             pass
+
+        def handle(self) -> None:
+            hub._connection(opened=True)
+            try:
+                super().handle()
+            finally:
+                hub._connection(opened=False)
 
         def _serve(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
