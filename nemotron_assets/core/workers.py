@@ -27,6 +27,7 @@ import os
 import pickle
 import signal
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -113,6 +114,7 @@ class ForkedCalls:
                 _handle_again_if_lost(noted)
                 for worker in [w for w in self._workers if w.connection in ready]:
                     self._receive(worker)
+                _handle_again_if_lost(noted)  # one that came while a process was found dead of it (`_receive`)
         succeeded, value = self._ended.pop(name)
         del self._calls[name]
         if not succeeded:
@@ -150,6 +152,10 @@ class ForkedCalls:
             kind, payload = worker.connection.recv()
         except (EOFError, ConnectionResetError):  # the process died (reset: before it read the name it was sent)
             worker.process.join()
+            if worker.process.exitcode in (-signal.SIGINT, -signal.SIGTERM):
+                # Ctrl-C reaches the whole process group: a child may die of it before this process's handler runs.
+                # Waiting lets that handler interrupt the step here, instead of failing the call as one to retry.
+                time.sleep(INTERRUPT_GRACE_SECONDS)
             worker.connection.close()
             self._workers.remove(worker)
             if worker.call is not None:
@@ -199,6 +205,8 @@ def _serve(calls: dict[str, Call], connection: Connection, parents_ends: list[Co
 
 #: How often a wait for forked calls looks whether a signal's exception was lost (`_signals_noted`).
 SIGNAL_CHECK_SECONDS = 0.25
+#: How long a child's death by SIGINT or SIGTERM waits for the same signal to reach this process (`_receive`).
+INTERRUPT_GRACE_SECONDS = 1.0
 
 
 @contextlib.contextmanager

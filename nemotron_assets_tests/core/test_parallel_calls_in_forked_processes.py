@@ -83,6 +83,19 @@ def test_a_killed_process_fails_its_call_and_a_new_one_runs_the_rest():
         assert calls.result("next") != os.getpid()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_process_ended_by_a_signal_this_one_never_gets_still_fails_its_call(signum):
+    """A child dead of SIGINT or SIGTERM: the wait gives the same signal time to reach this process too (Ctrl-C
+    reaches the whole process group), and when it does not come, the call fails as a dead process's, to be
+    retried."""
+    def signalled(report):
+        os.kill(os.getpid(), signum)
+
+    with ForkedCalls({"victim": signalled}, 1, on_message=lambda *_: None) as calls:
+        with pytest.raises(ForkedCallDied, match=rf"victim ended \(exit code -{int(signum)}\) without a result"):
+            calls.result("victim")
+
+
 def test_no_more_than_processes_calls_run_at_once(tmp_path):
     """Each call appends 'start'/'end' lines to one file (O_APPEND writes are atomic) and ends only once two calls
     have started: the count of calls running never exceeds the limit, and the limit is reached."""
@@ -213,6 +226,29 @@ except BlockingIOError:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["the process of a ended (exit code -2) without a result", "wakeup fd: nothing"]
     assert done.stderr == ""
+
+
+def test_ctrl_c_that_reaches_a_child_first_interrupts_the_wait_instead_of_failing_the_call():
+    """Ctrl-C reaches every process of the group, but not at the same instant: a child can be dead of it before
+    this process's handler has run. The wait must end with the handler's interrupt, not fail the call as one to
+    retry (a run was once recorded "up for retry" before it failed as interrupted). Here the child ends itself with
+    SIGINT and this process's own SIGINT comes 0.3 s later."""
+    script = PARENT_HANDLER_AND_WAKEUP_FD + """
+import threading
+from nemotron_assets.core.workers import ForkedCallDied, ForkedCalls
+
+with ForkedCalls({"a": lambda report: os.kill(os.getpid(), signal.SIGINT)}, 1, on_message=lambda *_: None) as calls:
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        calls.result("a")
+    except Stop:
+        print("interrupted")
+    except ForkedCallDied as exc:
+        print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted"]
 
 
 def test_ctrl_c_reaches_forked_pool_workers_with_the_default_action_not_the_parents_handler():
