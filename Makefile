@@ -34,12 +34,14 @@ demo: setup
 	@echo "Outputs: ./data/sample/, ./data/posttrain_sample/ and ./data/rl_sample/   UI: DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml"
 
 # Quick start 2: set up, install Debian's chromium and PostgreSQL when missing (apt-get: root, or sudo without a
-# password), lint, and run the whole test suite on two workers (pytest-xdist: each test has its own temp folders,
-# instance and ports, so two run side by side; a worker that runs out of tests takes some of the other's).
+# password), lint, and run the whole test suite on three workers (pytest-xdist: each test has its own temp folders,
+# instance and ports, so they run side by side; a worker that runs out of tests takes some of another's). Three on two
+# cores: the end-to-end tests spend much of their time waiting on a webserver, a daemon, a Ray head or the command
+# line, and a third worker fills those waits (bench/README.md, "The test suite's time").
 test: setup
 	bash .ci/install_system_deps.sh
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal
+	$(BIN)/python -m pytest -q -n 3 --dist worksteal
 
 ui: setup
 	$(BIN)/dagster dev -w workspace.yaml
