@@ -8,6 +8,7 @@ through the run config and prints the located errors last itself; the full event
 """
 
 import contextlib
+import io
 import logging
 import os
 import sys
@@ -42,11 +43,38 @@ class CompactFilter(logging.Filter):
         return event is None or event.event_type_value in SHOWN_EVENTS
 
 
+def _open_terminal() -> io.TextIOBase | None:
+    """A second handle on this process's stderr as it is on import, before any step runs (None without one)."""
+    try:
+        return os.fdopen(os.dup(sys.__stderr__.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
+    except (AttributeError, OSError, ValueError):  # no stderr, or no file behind it
+        return None
+
+
+TERMINAL = _open_terminal()
+
+
+def console_stream():
+    """Where the console's lines go: the terminal itself, past Dagster's capture of a step's output.
+
+    Dagster's compute log manager points a step's stdout and stderr at files, and copies them to the terminal with
+    ``tail -F``, which it stops when the step ends: a line the copy had not reached by then never reaches the
+    terminal (on a busy machine, every line of a short step was lost). So the lines are written to the handle on
+    stderr taken on import, when stderr is still that file; the run's event log keeps them too. When stderr has been
+    replaced since (a caller that captures the command's output), they go where it points now."""
+    if TERMINAL is not None and sys.stderr is sys.__stderr__:
+        with contextlib.suppress(OSError, ValueError):
+            now, then = os.fstat(sys.stderr.fileno()), os.fstat(TERMINAL.fileno())
+            if (now.st_dev, now.st_ino) == (then.st_dev, then.st_ino):
+                return TERMINAL
+    return sys.stderr
+
+
 @dg.logger(config_schema={"log_level": dg.Field(str, default_value="INFO", is_required=False)},
            description="One line per message: the nemotron_assets command line's console.")
 def compact_console(init_context) -> logging.Logger:
     logger = logging.Logger("nemotron_assets", level=init_context.logger_config["log_level"].upper())
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(console_stream())  # chosen when the run starts, before any step
     handler.setFormatter(CompactFormatter())
     handler.addFilter(CompactFilter())
     logger.addHandler(handler)

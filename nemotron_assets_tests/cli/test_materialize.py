@@ -62,6 +62,22 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
     assert "wiki/shard_00001: up to date" in again.stderr
 
 
+def test_every_step_line_reaches_the_terminal_when_dagsters_copy_of_step_output_lags(cli_env, tmp_path):
+    """Dagster copies a step's captured output to the terminal with ``tail -F``, and stops the copy when the step
+    ends. Here ``tail`` starts 3 s late, as on a busy machine, so it copies nothing of these short steps: the console's
+    lines must reach the terminal without it (cli/console.py ``console_stream``)."""
+    late = tmp_path / "late_tail"
+    late.mkdir()
+    (late / "tail").write_text(f'#!/bin/sh\nsleep 3\nexec {shutil.which("tail")} "$@"\n')
+    (late / "tail").chmod(0o755)
+    env = dict(cli_env, PATH=f"{late}{os.pathsep}{cli_env['PATH']}")
+    done = _run(["-m", "nemotron_assets", "materialize", "rl_sample", "--max-rows", "4"], env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(re.findall(r"^  [\d:]+ source_split: rows_4/\w+: 1 file\(s\), 4 rows", done.stderr, re.M)) == 5
+    assert "jsonl_shard: building 5 shard(s) in 2 processes" in done.stderr
+    assert len(re.findall(r"^  [\d:]+ jsonl_shard: rows_4/\w+/shard_00000: built", done.stderr, re.M)) == 5
+
+
 def test_dagster_logs_alone_prints_the_event_log_and_the_default_does_not(cli_env):
     # The multiprocess executor's step process logs STEP_WORKER_STARTED before it has the run's loggers, through
     # Dagster's own console logger (core/runs.py terminal_instance): shown with the event log, not in the default.
