@@ -40,6 +40,7 @@ from nemotron_assets.formats.harmony import (
     validate_messages,
 )
 from nemotron_assets_tests.harmony_reference import from_library, library_developer, library_system, to_library
+from nemotron_assets_tests.json_strategies import json_values
 
 # --- the reference: openai-harmony ----------------------------------------------------------------------------------
 
@@ -679,16 +680,9 @@ def test_validation_names_the_problem(text, reason):
     assert any(reason in found for found in reasons), reasons
 
 
-#: Short text, or short text and a lone surrogate (Hypothesis's text has none).
-SURROGATE_TEXT = st.text(max_size=4) | st.builds(lambda text, surrogate: text + surrogate, st.text(max_size=3),
-                                                 st.sampled_from(["\ud800", "\udfff"]))
 #: Texts near JSON: JSON values written by ``json`` (NaN, infinities, integers past 64 bits and lone surrogates
 #: included), then a character inserted or cut anywhere; or short runs of the characters JSON is made of.
-ANY_JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.floats() | st.integers(min_value=-(2**70), max_value=2**70) | SURROGATE_TEXT,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-    max_leaves=6,
-)
+ANY_JSON_VALUES = json_values(max_leaves=6)
 NEAR_JSON = st.one_of(
     st.builds(lambda text, at, insert, cut: text[:at] + insert + text[at + cut:],
               ANY_JSON_VALUES.map(json.dumps), st.integers(0, 40),

@@ -20,6 +20,7 @@ from nemotron_assets.normalize.canonical import assistant, canonical_json
 from nemotron_assets.normalize.families import normalize_row
 from nemotron_assets.normalize.record import COLUMNS, INVALID_FLAGS, _tools_id, has_placeholder_prompt, to_record
 from nemotron_assets_tests.harmony_reference import library_developer, library_system
+from nemotron_assets_tests.json_strategies import json_values
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -65,14 +66,7 @@ def test_tools_id_is_the_sha1_of_hand_written_canonical_json_in_any_key_order():
 
 #: JSON values a tool may hold: floats of any size (NaN and the infinities included), integers past 64 bits, text
 #: with lone surrogates (the stored JSON escapes them), keys in any order.
-#: Short text, or short text and a lone surrogate (Hypothesis's text has none).
-SURROGATE_TEXT = st.text(max_size=4) | st.builds(lambda text, surrogate: text + surrogate, st.text(max_size=3),
-                                                 st.sampled_from(["\ud800", "\udfff"]))
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats() | SURROGATE_TEXT,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
-    max_leaves=8,
-)
+JSON_VALUES = json_values(max_leaves=8)
 TOOLS = st.lists(st.builds(lambda name, rest: {"type": "function", "function": {"name": name, **rest}},
                            st.sampled_from(["a", "b"]),
                            st.dictionaries(st.sampled_from(["parameters", "description", "x"]), JSON_VALUES)),
