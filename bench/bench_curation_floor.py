@@ -43,8 +43,7 @@ from nemotron_assets.defs.harmony.views import (  # noqa: E402 - the checkout's 
     PASS_THROUGH,
     VIEWS,
     view_schema,
-    view_texts,
-    word_count,
+    views_from_messages,
 )
 
 
@@ -77,12 +76,8 @@ def rewrite_pool(path: Path, times: dict) -> bool:
 
 def view_columns(rows: pa.RecordBatch) -> list[tuple[pa.Array, pa.Array]]:
     """Each view's ``embed_text`` and ``word_count`` arrays of some pool rows, as ``write_view_files`` makes them."""
-    texts = [view_texts(messages) for messages in rows.column("messages").to_pylist()]
-    columns = []
-    for position in range(len(VIEWS)):
-        embed = [row[position] for row in texts]
-        columns.append((pa.array(embed, pa.string()), pa.array([word_count(text) for text in embed], pa.int64())))
-    return columns
+    views = views_from_messages(0, rows)
+    return [views[view] for view in VIEWS]
 
 
 def view_tables(path: Path, times: dict, seen: set[str]) -> dict[str, list[pa.Table]]:

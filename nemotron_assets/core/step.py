@@ -257,6 +257,7 @@ class ShardRun:
         # the error its outcome raises
         self._planned: dict[str, Outcome | Pending | list[Pending] | BaseException] = {}
         self._builds: dict[str, ShardBuild] = {}
+        self._to_build: list[str] = []
         self._forked: ForkedCalls | None = None
         self._staging: dict[str, tuple[contextlib.ExitStack, Path]] = {}  # the forked builds' folders
 
@@ -282,6 +283,7 @@ class ShardRun:
                     build = exc
             self._planned[partition] = build
         to_build = [p for p, planned in self._planned.items() if isinstance(planned, (Pending, list))]
+        self._to_build = to_build
         forked = sorted((p for p in to_build if self._builds[p].forkable), key=lambda p: -self._builds[p].cost)
         if self.processes < 2 or len(forked) < 2:
             return
@@ -299,6 +301,10 @@ class ShardRun:
             calls[partition] = _forked_build(self._builds[partition].build, folder, cores)
         self._forked = ForkedCalls(calls, processes, on_message=lambda _partition, line: self.log(line))
         self.log(f"building {len(forked)} {self.what} in {processes} processes, {cores} core(s) each")
+
+    def building(self) -> list[str]:
+        """The partitions `plan` found to build (not up to date), in partition order."""
+        return list(self._to_build)
 
     def _check(self, build: ShardBuild) -> Outcome | Pending | list[Pending]:
         if not build.together:

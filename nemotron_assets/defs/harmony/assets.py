@@ -11,6 +11,9 @@ A ``harmony_shard`` run takes any range of shards and builds them at the same ti
 normalized shard lazily with polars (projection and predicate pushdown, streaming sink).
 """
 
+import contextlib
+import functools
+
 import dagster as dg
 import polars as pl
 from pydantic import Field
@@ -30,6 +33,7 @@ from nemotron_assets.core.reporting import (
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.step import Outcome, ShardBuild, ShardRun, planned_shard_builds
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.core.workers import build_processes
 from nemotron_assets.defs.harmony.dedup import repeated_ids
 from nemotron_assets.defs.harmony.downstream import (
     Curation,
@@ -49,6 +53,7 @@ from nemotron_assets.defs.harmony.layout import (
 )
 from nemotron_assets.defs.harmony.lineage import log_harmony_shards, log_pools
 from nemotron_assets.defs.harmony.pools import PoolThresholds, register_pool_parts, rows_outside_predicate
+from nemotron_assets.defs.harmony.row_texts import RowTexts
 from nemotron_assets.defs.harmony.shard import shard_build
 from nemotron_assets.defs.harmony.views import VIEWS
 from nemotron_assets.sources.manifest import SourceManifest
@@ -226,13 +231,25 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     def embedding_view(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource):
         store = storage.get()
         inputs_of = {}  # base -> what the pools read there, judged once in this run
+        row_texts: dict[str, RowTexts] = {}  # base -> the texts of the distinct rows of the pools viewed there
+        texts_folders = contextlib.ExitStack()
+
+        def texts_of(base: str) -> RowTexts:
+            """Computed once, for every pool this run views in ``base`` (before the builds fork, or at the first)."""
+            if base not in row_texts:
+                pools = [pool for sample, pool in map(scope.split, run.building()) if scope.base(sample) == base]
+                row_texts[base] = RowTexts.compute(store, base, pools, texts_folders.enter_context(store.staging()),
+                                                   build_processes(config.build_processes), context.log.info)
+            return row_texts[base]
+
         builds: dict[str, ShardBuild | Exception] = {}
         for partition in context.partition_keys:
             sample, pool = scope.split(partition)
             base = scope.base(sample)
             try:
                 inputs_of.setdefault(base, pool_inputs_once(store, curation, base))
-                builds[partition] = views_build(store, curation, base, pool, inputs_of[base])
+                builds[partition] = views_build(store, curation, base, pool, inputs_of[base],
+                                                functools.partial(texts_of, base))
             except Exception as exc:  # noqa: BLE001 - reported as this partition's failure
                 builds[partition] = exc
 
@@ -244,8 +261,12 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
                     **{f"{view}_view": dg.MetadataValue.path(store.url(embedding_view_path(scope.base(sample), view,
                                                                                            pool))) for view in VIEWS}}
 
-        with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes,
-                      what="pools' views") as run:
+        def prepare() -> None:  # before the builds fork: they share the texts
+            for base in {scope.base(scope.split(partition)[0]) for partition in run.building()}:
+                texts_of(base)
+
+        with texts_folders, ShardRun(store, context.log.info, force=config.force, processes=config.build_processes,
+                                     prepare=prepare, what="pools' views") as run:
             run.plan(builds)
             yield from materialize_partitions(context, dg.AssetKey(scope.key("embedding_view")),
                                               context.partition_keys, build)

@@ -11,12 +11,13 @@ only valid Harmony rows (pools.py ``base_filter``), whose text is exactly the re
 canonical ``messages`` (normalize/to_harmony.py), so `view_texts` reads the same messages from that JSON column
 instead, several times faster than parsing the text, with the same result
 (the tests of this module check both agree on the sample data, the fixtures and
-generated conversations). `write_views` builds all three views of a pool in one streaming pass.
+generated conversations). `write_view_files` builds all three views of a pool in one streaming pass, from the texts
+a run computed once for every distinct row of the pools it views (row_texts.py), or from each row's messages.
 """
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,8 +109,9 @@ def _argument_keys(content: str) -> list[str]:
     return [str(k) for k in value] if isinstance(value, dict) else []
 
 
-def word_count(text: str) -> int:
-    return len(text.split())
+def word_counts(texts: Sequence[str]) -> pa.Array:
+    """Each text's number of words: its runs of characters between whitespace, as ``str.split()`` finds them."""
+    return pa.array([len(text.split()) for text in texts], pa.int64())
 
 
 # --- the same views, read from the canonical messages -----------------------------------------------------------
@@ -171,40 +173,53 @@ def view_schema(pool_schema: pa.Schema) -> pa.Schema:
                       pa.field("word_count", pa.int64()), *(pool_schema.field(name) for name in PASS_THROUGH)])
 
 
-def _view_batches(pool: pq.ParquetFile, batch_rows: int) -> Iterator[tuple[pa.RecordBatch, list[tuple[str, str, str]]]]:
-    for batch in pool.iter_batches(batch_size=batch_rows, columns=["id", "messages", *PASS_THROUGH]):
-        yield batch, [view_texts(messages) for messages in batch.column("messages").to_pylist()]
+ViewArrays = dict[str, tuple[pa.Array, pa.Array]]  # view -> (embed_text, word_count) of a batch of pool rows
+#: The view arrays of a batch of a pool's rows, given the number of its first row (row_texts.py ``views_of``).
+ViewsOf = Callable[[int, pa.RecordBatch], ViewArrays]
+
+
+def view_arrays(texts: Sequence[tuple[str, str, str]]) -> ViewArrays:
+    """Each view's ``embed_text`` and ``word_count`` arrays of some rows, from their `view_texts`."""
+    by_view = list(zip(*texts)) or [()] * len(VIEWS)
+    return {view: (pa.array(embed, pa.string()), word_counts(embed)) for view, embed in zip(VIEWS, by_view)}
+
+
+def views_from_messages(_first_row: int, batch: pa.RecordBatch) -> ViewArrays:
+    """The view arrays of a batch of pool rows, each row's texts computed from its ``messages`` column."""
+    return view_arrays([view_texts(messages) for messages in batch.column("messages").to_pylist()])
 
 
 def write_view_files(pool_file: BinaryIO | Sequence[BinaryIO], out: dict[str, Path],
-                     batch_rows: int = BATCH_ROWS) -> int:
+                     batch_rows: int = BATCH_ROWS, views_of: ViewsOf | None = None) -> int:
     """Every view of one pool file, or of a pool's part files one after the other (in the order given), in one
-    pass, streamed: record batches in, one ParquetWriter per view (zstd) writing to ``out[view]``. Returns the
-    pool's rows."""
+    pass, streamed: record batches in, one ParquetWriter per view (zstd) writing to ``out[view]``. The texts come
+    from ``views_of`` (the texts a run computed once per distinct row, row_texts.py), or by default from each row's
+    ``messages``. Returns the pool's rows."""
     parts = [pq.ParquetFile(f) for f in (pool_file if isinstance(pool_file, Sequence) else [pool_file])]
     schema = view_schema(parts[0].schema_arrow)
+    columns = ["id", *PASS_THROUGH] if views_of else ["id", "messages", *PASS_THROUGH]
+    views_of = views_of or views_from_messages
     writers = {view: pq.ParquetWriter(out[view], schema, compression="zstd") for view in VIEWS}
     rows = 0
     try:
-        for batch, texts in (item for part in parts for item in _view_batches(part, batch_rows)):
+        for batch in (batch for part in parts for batch in part.iter_batches(batch_size=batch_rows, columns=columns)):
+            views = views_of(rows, batch)
             rows += batch.num_rows
-            for position, view in enumerate(VIEWS):
-                embed = [row_texts[position] for row_texts in texts]
-                columns = [batch.column("id"), pa.array(embed, pa.string()),
-                           pa.array([word_count(text) for text in embed], pa.int64()),
-                           *(batch.column(name) for name in PASS_THROUGH)]
-                writers[view].write_table(pa.Table.from_arrays(columns, schema=schema))
+            for view, (embed, words) in views.items():
+                writers[view].write_table(pa.Table.from_arrays(
+                    [batch.column("id"), embed, words, *(batch.column(name) for name in PASS_THROUGH)], schema=schema))
     finally:
         for writer in writers.values():
             writer.close()
     return rows
 
 
-def stage_views(store: Storage, base: str, pool: str, folder: Path) -> tuple[int, dict[str, Path]]:
+def stage_views(store: Storage, base: str, pool: str, folder: Path, views_of: ViewsOf | None = None
+                ) -> tuple[int, dict[str, Path]]:
     """Every view of one committed pool (all its parts, in part order, into one file per view) in ``folder``;
     returns the pool's rows and each view's staged file."""
     with ExitStack() as files:
         parts = [files.enter_context(store.open(pool_part_path(base, pool, part)))
                  for part in pool_part_numbers(store, base, pool) or [0]]
         staged = {view: folder / f"{view}.parquet" for view in VIEWS}
-        return write_view_files(parts, staged), staged
+        return write_view_files(parts, staged, views_of=views_of), staged
