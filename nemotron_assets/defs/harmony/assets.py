@@ -231,10 +231,10 @@ def build_harmony_assets(blend_scope: BlendScope, upstream: Assets) -> Assets:
     def embedding_view(context: dg.AssetExecutionContext, config: ShardRunConfig, storage: StorageResource):
         store = storage.get()
         inputs_of = {}  # base -> what the pools read there, judged once in this run
-        row_texts: dict[str, RowTexts] = {}  # base -> the texts of the distinct rows of the pools viewed there
+        row_texts: dict[str, RowTexts | None] = {}  # base -> the texts of the distinct rows of the pools viewed there
         texts_folders = contextlib.ExitStack()
 
-        def texts_of(base: str) -> RowTexts:
+        def texts_of(base: str) -> RowTexts | None:
             """Computed once, for every pool this run views in ``base`` (before the builds fork, or at the first)."""
             if base not in row_texts:
                 pools = [pool for sample, pool in map(scope.split, run.building()) if scope.base(sample) == base]

@@ -219,16 +219,19 @@ def view_inputs(store: Storage, curation: Curation, base: str, pool: str, inputs
 
 
 def views_build(store: Storage, curation: Curation, base: str, pool: str,
-                inputs_of: PoolInputs | None = None, row_texts: Callable[[], RowTexts] | None = None) -> ShardBuild:
+                inputs_of: PoolInputs | None = None, row_texts: Callable[[], RowTexts | None] | None = None
+                ) -> ShardBuild:
     """Every view of one pool, built together (they read the pool once), one receipt per view file: a build a
     `ShardRun` can fork, so a run's pools are viewed at the same time. ``row_texts``: the texts of the run's
-    distinct rows (row_texts.py), computed once for all its pools; without it the pool computes its own."""
+    distinct rows (row_texts.py), computed once for all its pools; without it, or when it gives None, the pool
+    computes its own."""
     inputs = view_inputs(store, curation, base, pool, inputs_of)
     first, *more = [Output(prefix_of(embedding_view_path(base, view, pool)), inputs, VIEW_FORMAT,
                            prefix_of(embedding_view_path(base, view, pool))) for view in VIEWS]
 
     def build(folder: Path, report, cores: int) -> dict[str, Staged]:
-        rows, staged = stage_views(store, base, pool, folder, row_texts().views_of(pool) if row_texts else None)
+        texts = row_texts() if row_texts else None
+        rows, staged = stage_views(store, base, pool, folder, texts.views_of(pool) if texts else None)
         return {output.prefix: Staged({".parquet": staged[view]}, {"rows": rows})
                 for view, output in zip(VIEWS, [first, *more])}
 

@@ -15,6 +15,8 @@ are the same in every pool that holds it, so a run that views several pools comp
    so a pool reads each owner's pieces in order, and a few pieces in memory at a time suffice.
 
 The view files are the bytes of computing each pool's texts itself: the same texts, written in the same batches.
+Pools of more than `MAX_SHARED_ROWS` rows in all compute their own texts, as before, in memory that does not grow
+with them.
 """
 
 from collections import OrderedDict
@@ -33,6 +35,10 @@ from nemotron_assets.defs.harmony.layout import pool_part_path
 from nemotron_assets.defs.harmony.pools import pool_part_numbers
 from nemotron_assets.defs.harmony.views import VIEWS, ViewArrays, ViewsOf, view_arrays, view_texts
 
+#: Pool rows (of one run's pools, counted once per pool that holds them) above which the pools compute their own
+#: texts. Finding each row's owner holds every pool row's id and place at once: 1.38 M pool rows raised the peak of
+#: the step's process by 110-150 MB (280 MB in a script of its own), so this bounds it to ~200-400 MB.
+MAX_SHARED_ROWS = 2_000_000
 #: Each piece's columns: the row's id, then per view its text and its word count (as the view files hold them).
 PIECE_SCHEMA = pa.schema([pa.field("id", pa.string()),
                           *(field for view in VIEWS for field in (pa.field(view, pa.string()),
@@ -67,9 +73,21 @@ class RowTexts:
 
     @classmethod
     def compute(cls, store: Storage, base: str, pools: list[str], folder: Path, processes: int,
-                log: Callable[[str], None] = print) -> "RowTexts":
+                log: Callable[[str], None] = print) -> "RowTexts | None":
         """The texts of the rows of ``pools`` (committed, read in this order), one Arrow file per piece in
-        ``folder``, computed in ``processes`` forked processes (1, or on S3: here)."""
+        ``folder``, computed in ``processes`` forked processes (1, or on S3: here). None when the pools hold more
+        than `MAX_SHARED_ROWS` rows: then each pool computes its own rows' texts, in memory that does not grow with
+        the pools."""
+        parts = [pool_part_path(base, pool, part) for pool in pools for part in pool_part_numbers(store, base, pool)
+                 or [0]]
+        total = 0
+        for path in parts:
+            with store.open(path) as stream:
+                total += pq.ParquetFile(stream).metadata.num_rows
+        if total > MAX_SHARED_ROWS:
+            log(f"view texts: {total:,} pool rows, more than {MAX_SHARED_ROWS:,}: each pool computes its own rows' "
+                "texts (finding the rows the pools share would hold every row's id in memory)")
+            return None
         groups: list[tuple[str, int, int]] = []  # (part file, row group, its rows), in the pools' order
         ids: list[pa.Array] = []
         rows_of: dict[str, int] = dict.fromkeys(pools, 0)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemotron_assets.core.storage import Storage
+from nemotron_assets.defs.harmony import row_texts
 from nemotron_assets.defs.harmony.build import SCHEMA
 from nemotron_assets.defs.harmony.layout import pool_part_path
 from nemotron_assets.defs.harmony.row_texts import RowTexts
@@ -99,3 +100,17 @@ def test_a_pool_rewritten_after_its_texts_were_computed_is_refused_naming_it(tmp
     write_pool(store, "second", [rows[9:15]], 4)  # other rows, same count
     with pytest.raises(RuntimeError, match="pool 'second': the view texts computed for rows 0..5 are of other rows"):
         view_files(store, "second", 1, tmp_path / "views", 6, texts.views_of("second"))
+
+
+def test_pools_of_more_rows_than_the_limit_compute_their_own_texts_and_say_so(tmp_path, monkeypatch):
+    store = Storage(str(tmp_path))
+    rows = distinct_rows()
+    write_pool(store, "first", [rows[:6]], 4)
+    write_pool(store, "second", [rows[3:9]], 4)
+    monkeypatch.setattr(row_texts, "MAX_SHARED_ROWS", 11)
+    lines = []
+    assert RowTexts.compute(store, BASE, ["first", "second"], tmp_path, 1, log=lines.append) is None
+    assert lines == ["view texts: 12 pool rows, more than 11: each pool computes its own rows' texts (finding the "
+                     "rows the pools share would hold every row's id in memory)"]
+    monkeypatch.setattr(row_texts, "MAX_SHARED_ROWS", 12)
+    assert RowTexts.compute(store, BASE, ["first", "second"], tmp_path, 1, log=lines.append) is not None
