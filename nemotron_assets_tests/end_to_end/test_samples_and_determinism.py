@@ -90,6 +90,9 @@ def test_builds_are_byte_identical_across_processes_hash_seeds_executors_and_bui
                              if path.split("/")[0] in blends_of["in_process"]}}
     assert "building 7 shard(s) in 2 processes" in sample_outputs.logs["sample"]
     assert "building 13 pools' views in 2 processes" in sample_outputs.logs["posttrain_sample"]
+    # the pools' 60 rows are 29 distinct rows, whose texts the views step computes once (defs/harmony/row_texts.py)
+    assert "view texts: 29 distinct rows of 60 pool rows, 4 piece(s) in 2 processes" in sample_outputs.logs[
+        "posttrain_sample"]
     assert not any(" - dagster - " in log or "did not yield" in log for log in sample_outputs.logs.values())
     with sample_outputs.data_path_lent() as data:  # the same root: blend.json and its receipt hold its path
         for name, seed, options in (("multiprocess", "2", ["--executor", "multiprocess"]),  # a step per process
