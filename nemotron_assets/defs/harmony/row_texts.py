@@ -78,10 +78,10 @@ class RowTexts:
         ``folder``, computed in ``processes`` forked processes (1, or on S3: here). None when the pools hold more
         than `MAX_SHARED_ROWS` rows: then each pool computes its own rows' texts, in memory that does not grow with
         the pools."""
-        parts = [pool_part_path(base, pool, part) for pool in pools for part in pool_part_numbers(store, base, pool)
-                 or [0]]
+        parts_of = {pool: [pool_part_path(base, pool, part) for part in pool_part_numbers(store, base, pool) or [0]]
+                    for pool in pools}
         total = 0
-        for path in parts:
+        for path in (path for parts in parts_of.values() for path in parts):
             with store.open(path) as stream:
                 total += pq.ParquetFile(stream).metadata.num_rows
         if total > MAX_SHARED_ROWS:
@@ -91,9 +91,8 @@ class RowTexts:
         groups: list[tuple[str, int, int]] = []  # (part file, row group, its rows), in the pools' order
         ids: list[pa.Array] = []
         rows_of: dict[str, int] = dict.fromkeys(pools, 0)
-        for pool in pools:
-            for part in pool_part_numbers(store, base, pool) or [0]:
-                path = pool_part_path(base, pool, part)
+        for pool, parts in parts_of.items():
+            for path in parts:
                 with store.open(path) as stream:
                     file = pq.ParquetFile(stream)
                     for index in range(file.num_row_groups):
