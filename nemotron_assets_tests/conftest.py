@@ -17,6 +17,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing in the tests may reach a
 settings.register_profile("no_deadline", deadline=None)
 settings.load_profile("no_deadline")
 
+#: The test files whose tests share a costly build: a session or module fixture that materializes blends (the export
+#: tests' two blends, the end-to-end tests' three, the scoring blend, the status tests' tree). They run first.
+SHARED_BUILDS = tuple(f"nemotron_assets_tests/{path}" for path in (
+    "defs/export/", "end_to_end/test_an_old_output_tree_is_moved_not_rebuilt.py",
+    "end_to_end/test_trainers_read_the_output_folders.py", "end_to_end/test_samples_and_determinism.py",
+    "defs/scoring/test_scoring_steps.py", "cli/test_status_and_verify.py", "cli/test_verify_harmony.py"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of `SHARED_BUILDS` first, each file's in their order, then the others in theirs.
+
+    ``pytest -n 3 --dist worksteal`` gives each worker a third of this order, and a worker that runs out takes the
+    end of another worker's queue. A file split that way builds its fixture again on every worker that runs one of its
+    tests: in one run, the export tests' two blends were built on all three workers, at the end of the run. At the
+    front of the first worker's third, nothing takes them away."""
+    items.sort(key=lambda item: not item.nodeid.startswith(SHARED_BUILDS))
+
 
 #: The event log of an in-process test instance, kept in memory. Dagster's sqlite event log (what DAGSTER_HOME's
 #: instance uses) opens a new database engine for every event and creates and stamps a database file for every run:
