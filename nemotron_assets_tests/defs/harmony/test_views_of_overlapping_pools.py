@@ -3,8 +3,8 @@ files are the bytes each pool gives when it computes its own rows' texts from th
 (views.py `write_view_files` without texts), whatever the pools' overlaps, order, parts, row groups and read batches,
 and in one process or two."""
 
+import contextlib
 import functools
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,12 +44,10 @@ def write_pool(store: Storage, pool: str, parts: list[list[dict]], row_group_row
 def view_files(store: Storage, pool: str, parts: int, folder: Path, batch_rows: int, views_of=None) -> dict[str, bytes]:
     folder.mkdir()
     out = {view: folder / f"{view}.parquet" for view in VIEWS}
-    files = [open(Path(store.root) / pool_part_path(BASE, pool, part), "rb") for part in range(parts)]
-    try:
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(Path(store.root) / pool_part_path(BASE, pool, part), "rb"))
+                 for part in range(parts)]
         write_view_files(files, out, batch_rows=batch_rows, views_of=views_of)
-    finally:
-        for file in files:
-            file.close()
     return {view: path.read_bytes() for view, path in out.items()}
 
 
@@ -85,8 +83,8 @@ def test_views_from_texts_computed_once_are_the_bytes_of_each_pool_computing_its
     computed = sum(pa.ipc.open_file(str(piece.path)).read_all().num_rows for piece in texts.pieces)
     assert computed == len(distinct)  # each distinct row once
     for pool, parts in pools.items():
-        own = view_files(store, pool, len(parts), root / f"{pool}-own-{uuid.uuid4().hex}", batch_rows)
-        shared = view_files(store, pool, len(parts), root / f"{pool}-shared-{uuid.uuid4().hex}", batch_rows,
+        own = view_files(store, pool, len(parts), root / f"{pool}-own", batch_rows)
+        shared = view_files(store, pool, len(parts), root / f"{pool}-shared", batch_rows,
                             texts.views_of(pool))
         assert shared == own, pool
 
