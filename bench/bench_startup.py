@@ -3,13 +3,15 @@
 
     .venv/bin/python bench/bench_startup.py --before /path/to/old/checkout [--runs 5]
 
-Two measurements, each a fresh process, as a user types them:
+Three measurements, each a fresh process, as a user types them:
 
 - **definitions import:** ``python -c "import nemotron_assets.definitions"`` (what every ``dagster`` command and
   the code server load first);
 - **a trivial command:** ``dagster asset materialize -m nemotron_assets.definitions --select sample/megatron_blend``
   on the bundled sample blend, already built (the step finds its shards done and writes, or keeps, two small
-  files), with the default executor and the sqlite instance.
+  files), with the default executor and the sqlite instance;
+- **the sample blend from scratch:** ``python -m nemotron_assets materialize sample`` in a fresh Dagster home and
+  data root, the first build of ``make demo`` (three runs: the source splits, 7 small shards, ``blend.json``).
 
 Each checkout builds the sample blend once beforehand (not timed), in its own Dagster home and data root. Prints the
 range of each measurement and the ratio before / now (> 1: now is faster).
@@ -57,15 +59,18 @@ def main() -> int:
         "definitions import": [python, "-c", "import nemotron_assets.definitions"],
         "trivial dagster asset materialize": [dagster, "asset", "materialize", "-m", "nemotron_assets.definitions",
                                               "--select", "sample/megatron_blend"],
+        "the sample blend from scratch": [python, "-m", "nemotron_assets", "materialize", "sample"],
     }
+    fresh = {"the sample blend from scratch"}  # each run in a new home and data root
     for side, code in sides.items():
         subprocess.run([python, "-m", "compileall", "-q", str(code / "nemotron_assets")], check=True)
         timed([python, "-m", "nemotron_assets", "materialize", "sample"], environment(code, work / side), code)
     times = {(side, name): [] for side in sides for name in commands}
-    for _ in range(args.runs):
+    for run in range(args.runs):
         for name, cmd in commands.items():
             for side, code in sides.items():
-                times[side, name].append(timed(cmd, environment(code, work / side), code))
+                place = work / f"{side}-fresh-{run}" if name in fresh else work / side
+                times[side, name].append(timed(cmd, environment(code, place), code))
     for name in commands:
         before, now = times["before", name], times["now", name]
         ratios = sorted(b / n for b, n in zip(before, now))

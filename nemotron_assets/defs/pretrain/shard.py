@@ -55,7 +55,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -102,12 +102,16 @@ CROSS_CHECK_DOCS = 4  # documents per batch re-tokenized with the reference back
 CROSS_CHECK_CHARS = 16_384  # at most this many of their characters: the reference is ~20x slower than fastokens
 TOKENIZE_THREADS = min(4, len(os.sched_getaffinity(0)))  # batches tokenized at a time: every core, up to 4
 HISTOGRAM_BUCKETS = 24  # token-length buckets [2^k, 2^(k+1)) for k < 24, the last one open
+#: A run that reads fewer bytes than this tokenizes with hf-tokenizers when the backend is ``auto``: parsing
+#: fastokens costs more than it saves on so little text (bench/README.md, "A small run never parses fastokens").
+FASTOKENS_FROM_BYTES = 4 << 20
 
 
 # --- the asset ----------------------------------------------------------------------------------------------
 class ShardConfig(dg.Config):
     force: bool = Field(False, description="Rebuild shards even when their receipt says they are up to date.")
-    tokenizer_backend: str = Field("auto", description="auto (fastest exact backend), hf or fastokens.")
+    tokenizer_backend: str = Field("auto", description="auto (the fastest exact backend for the run's size), hf "
+                                                       "or fastokens.")
     build_processes: int = Field(0, description="Shards of this run built at the same time, each in a process forked "
                                                 "from the step: 0 = one per core (at most 8); 1 = one after the "
                                                 "other in the step.")
@@ -131,8 +135,12 @@ def pretrain_shard_asset(blend_scope: BlendScope, upstream: Assets) -> dg.Assets
         store = storage.get()
         settings = PretrainSettings.of(blend, config.tokenizer_backend)
         manifests: dict[str, SourceManifest] = {}
+        builds: dict[str, ShardBuild | Exception] = {}  # this run's shards, once planned
         built: list[tuple[str, dict]] = []
-        loaded = functools.cache(functools.partial(load_tokenizer, context, settings))  # once per step
+
+        @functools.cache  # once per step: before the builds fork, or at the first build in the step
+        def loaded() -> LoadedTokenizer | ModelFileTokenizer:
+            return load_tokenizer(context, settings, reads=sum(builds[p].cost for p in run.building()))
 
         def build(partition: str) -> dict:
             outcome = run.outcome(partition)
@@ -156,7 +164,8 @@ def pretrain_shard_asset(blend_scope: BlendScope, upstream: Assets) -> dg.Assets
             with ShardRun(store, context.log.info, force=config.force, processes=config.build_processes,
                           prepare=loaded) as run:
                 if shard_key in context.selected_asset_keys:  # not when only the checks run
-                    run.plan(shard_builds(store, settings, scope, context.partition_keys, manifests, loaded))
+                    builds.update(shard_builds(store, settings, scope, context.partition_keys, manifests, loaded))
+                    run.plan(builds)
                 yield from materialize_partitions(context, shard_key, context.partition_keys, build, check)
         finally:
             if not scope.samples and built:
@@ -165,14 +174,23 @@ def pretrain_shard_asset(blend_scope: BlendScope, upstream: Assets) -> dg.Assets
     return pretrain_shard
 
 
-def load_tokenizer(context: dg.AssetExecutionContext,
-                   settings: "PretrainSettings") -> LoadedTokenizer | ModelFileTokenizer:
-    """The step's tokenizer, loaded once per process and setting; a bad tokenizer fails the step, located."""
+def load_tokenizer(context: dg.AssetExecutionContext, settings: "PretrainSettings",
+                   reads: int) -> LoadedTokenizer | ModelFileTokenizer:
+    """The step's tokenizer, loaded once per process and setting; a bad tokenizer fails the step, located.
+
+    ``auto`` parses fastokens only for a run that ``reads`` enough bytes to repay the parse
+    (``FASTOKENS_FROM_BYTES``); a smaller run tokenizes with hf-tokenizers, the reference, and the same ids."""
+    documents, small_run = settings.documents, None
+    if documents.backend == "auto" and reads < FASTOKENS_FROM_BYTES:
+        documents = replace(documents, backend="hf")
+        small_run = (f"auto: this run reads {reads:,} bytes, below the {FASTOKENS_FROM_BYTES:,} that repay "
+                     f"parsing fastokens")
     with permanent_errors_fail_at_once():
-        tokenizer = cached_tokenizer(settings.tokenizer_model, settings.tokenizer_revision, settings.documents,
+        tokenizer = cached_tokenizer(settings.tokenizer_model, settings.tokenizer_revision, documents,
                                      settings.tiktoken)
+    reason = small_run if small_run and isinstance(tokenizer, LoadedTokenizer) else tokenizer.backend_reason
     context.log.info(f"tokenizer {settings.tokenizer_model}: vocab {tokenizer.vocab_size:,}, backend "
-                     f"{tokenizer.backend} ({tokenizer.backend_reason})")
+                     f"{tokenizer.backend} ({reason})")
     return tokenizer
 
 
@@ -351,7 +369,8 @@ def shard_build(settings: PretrainSettings, manifest: SourceManifest, key: Shard
             delete_first=tuple(name for name in files if name.endswith(".idx")))  # never a new .bin beside an old .idx
 
     local = not any(is_remote(manifest.files[r.file_index].url) for r in manifest.shards[key.index].ranges)
-    return ShardBuild(shard_output(settings, manifest, key, base, tokenizer), build, forkable=local)
+    return ShardBuild(shard_output(settings, manifest, key, base, tokenizer), build, forkable=local,
+                      cost=manifest.shard_bytes(key.index))
 
 
 # --- building one shard's .bin/.idx ------------------------------------------------------------------

@@ -9,6 +9,7 @@ import dagster as dg
 import pytest
 
 from nemotron_assets.core.workers import fork_available
+from nemotron_assets.defs.pretrain import shard as shard_step
 from nemotron_assets_tests.conftest import REPO, quick_instance
 from nemotron_assets_tests.materialize_helpers import materialize_all, pipeline_for, run_asset, shard_keys
 from nemotron_assets_tests.megatron_reader import read_dataset
@@ -112,6 +113,43 @@ def test_shards_built_in_forked_processes_are_the_bytes_built_in_the_step(tmp_pa
     forked = [m for m in messages[2] if " shard(s) in " in m]
     assert len(forked) == 1 and forked[0].startswith(f"building {len(files[2]) // 2} shard(s) in 2 processes")
     assert not any(" shard(s) in " in m for m in messages[1])
+
+
+def test_auto_parses_fastokens_only_for_a_run_that_reads_enough_to_repay_it(tmp_path, monkeypatch):
+    """``auto`` tokenizes a run reading less than ``FASTOKENS_FROM_BYTES`` with hf-tokenizers, never parsing
+    fastokens (its parse costs more than it saves on so little text), and a larger run with fastokens: the same
+    files. The run's bytes are its shards' shares of their files' sizes: here every file of the sample."""
+    import fastokens
+
+    parses = []
+    parse = fastokens.Tokenizer.from_json_str
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", lambda text: parses.append(len(text)) or parse(text))
+    data = REPO / "blends" / "sample_data"
+    size = sum(path.stat().st_size for path in [*sorted((data / "wiki").iterdir()), data / "reference.jsonl.gz",
+                                                data / "code.parquet", data / "valid.jsonl.zst", data / "test.jsonl"])
+    files, lines, parsed = {}, {}, {}
+    for threshold in (size + 1, size // 2):  # the run reads less than the threshold, then more
+        monkeypatch.setattr(shard_step, "FASTOKENS_FROM_BYTES", threshold)
+        parses.clear()
+        root = tmp_path / f"threshold_{threshold}"
+        with quick_instance() as fresh:
+            _, pipeline = pipeline_for(SAMPLE)
+            run_asset(pipeline, pipeline.source_split, str(root), fresh,
+                      pipeline.dataset_partitions.get_partition_keys())
+            result = run_asset(pipeline, pipeline.pretrain_shard, str(root), fresh, shard_keys(pipeline, fresh))
+            lines[threshold] = [e.user_message for e in fresh.all_logs(result.run_id)
+                                if e.user_message.startswith("tokenizer llama3:")]
+        files[threshold], parsed[threshold] = _files(root), list(parses)
+    (small,) = lines[size + 1]
+    assert small.startswith("tokenizer llama3: vocab 128,256, backend hf-tokenizers (auto: this run reads "), small
+    reads = int(small.split("this run reads ")[1].split(" bytes")[0].replace(",", ""))
+    assert size - 16 <= reads <= size  # each range's share rounds down
+    assert small == (f"tokenizer llama3: vocab 128,256, backend hf-tokenizers (auto: this run reads {reads:,} bytes, "
+                     f"below the {size + 1:,} that repay parsing fastokens)")
+    assert parsed[size + 1] == []  # (the larger run parses it, unless an earlier test of this process did)
+    assert lines[size // 2] == ["tokenizer llama3: vocab 128,256, backend fastokens (fastokens matched "
+                                "hf-tokenizers on every probe text)"]
+    assert files[size + 1] == files[size // 2] and len(files[size + 1]) > 10
 
 
 def test_concatenated_shards_equal_the_single_shard_dataset(tmp_path):
