@@ -16,6 +16,7 @@ from nemotron_assets.sources.plan import FileRange, ShardPlan
 from nemotron_assets.sources.readers import ReadOptions, ReadStats, iter_text_batches
 
 MANIFEST_VERSION = 1
+COMPRESSED_TEXT_RATIO = 4  # about how many bytes of text a compressed byte holds (zstd or gzip on text)
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,15 @@ class SourceManifest:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    def shard_bytes(self, index: int) -> int:
-        """About how many bytes of its files shard ``index`` reads: each range's share of its file's size, by rows
-        (compressed bytes for a compressed file)."""
-        return sum(self.files[r.file_index].size * r.rows // max(self.files[r.file_index].rows, 1)
-                   for r in self.shards[index].ranges)
+    def shard_text_bytes(self, index: int) -> int:
+        """About how many bytes of text shard ``index`` reads: each range's share of its file's size, by rows, a
+        compressed file's (gzip, zstd, Parquet) counted ``COMPRESSED_TEXT_RATIO`` times."""
+        total = 0
+        for r in self.shards[index].ranges:
+            file = self.files[r.file_index]
+            ratio = COMPRESSED_TEXT_RATIO if file.compression or file.format == "parquet" else 1
+            total += file.size * ratio * r.rows // max(file.rows, 1)
+        return total
 
     def to_json(self) -> dict:
         return {

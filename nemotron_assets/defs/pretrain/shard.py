@@ -102,7 +102,7 @@ CROSS_CHECK_DOCS = 4  # documents per batch re-tokenized with the reference back
 CROSS_CHECK_CHARS = 16_384  # at most this many of their characters: the reference is ~20x slower than fastokens
 TOKENIZE_THREADS = min(4, len(os.sched_getaffinity(0)))  # batches tokenized at a time: every core, up to 4
 HISTOGRAM_BUCKETS = 24  # token-length buckets [2^k, 2^(k+1)) for k < 24, the last one open
-#: A run that reads fewer bytes than this tokenizes with hf-tokenizers when the backend is ``auto``: parsing
+#: A run that reads less text than this (bytes) tokenizes with hf-tokenizers when the backend is ``auto``: parsing
 #: fastokens costs more than it saves on so little text (bench/README.md, "A small run never parses fastokens").
 FASTOKENS_FROM_BYTES = 4 << 20
 
@@ -178,13 +178,14 @@ def load_tokenizer(context: dg.AssetExecutionContext, settings: "PretrainSetting
                    reads: int) -> LoadedTokenizer | ModelFileTokenizer:
     """The step's tokenizer, loaded once per process and setting; a bad tokenizer fails the step, located.
 
-    ``auto`` parses fastokens only for a run that ``reads`` enough bytes to repay the parse
-    (``FASTOKENS_FROM_BYTES``); a smaller run tokenizes with hf-tokenizers, the reference, and the same ids."""
+    ``auto`` parses fastokens only for a run that ``reads`` enough bytes of text to repay the parse
+    (``FASTOKENS_FROM_BYTES``; ``SourceManifest.shard_text_bytes``); a smaller run tokenizes with hf-tokenizers, the
+    reference, into the same ids."""
     documents, small_run = settings.documents, None
     if documents.backend == "auto" and reads < FASTOKENS_FROM_BYTES:
         documents = replace(documents, backend="hf")
-        small_run = (f"auto: this run reads {reads:,} bytes, below the {FASTOKENS_FROM_BYTES:,} that repay "
-                     f"parsing fastokens")
+        small_run = (f"auto: this run reads about {reads:,} bytes of text, below the {FASTOKENS_FROM_BYTES:,} "
+                     f"that repay parsing fastokens")
     with permanent_errors_fail_at_once():
         tokenizer = cached_tokenizer(settings.tokenizer_model, settings.tokenizer_revision, documents,
                                      settings.tiktoken)
@@ -370,7 +371,7 @@ def shard_build(settings: PretrainSettings, manifest: SourceManifest, key: Shard
 
     local = not any(is_remote(manifest.files[r.file_index].url) for r in manifest.shards[key.index].ranges)
     return ShardBuild(shard_output(settings, manifest, key, base, tokenizer), build, forkable=local,
-                      cost=manifest.shard_bytes(key.index))
+                      cost=manifest.shard_text_bytes(key.index))
 
 
 # --- building one shard's .bin/.idx ------------------------------------------------------------------
