@@ -22,6 +22,7 @@ tokenizer to the reference for good, with the reason in `backend_reason`. A text
 its UTF-8 length goes through the reference (`texts_through_reference` counts them).
 """
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -34,10 +35,16 @@ from tokenizers import Encoding, Tokenizer
 
 from nemotron_assets.chat.masks import TokenLocator
 from nemotron_assets.sources.errors import InputError
-from nemotron_assets.tokenize.encoders import ParsedTokenizer, parse_tokenizer, probe_texts
+from nemotron_assets.tokenize.encoders import ParsedTokenizer, parse_fastokens, parse_tokenizer, probe_texts
 from nemotron_assets.tokenize.loading import TokenizerFiles
 
 BACKENDS = ("auto", "reference", "fastokens")
+#: With the ``auto`` backend, a `HFChatTokenizer` that renders in its own process (no forked workers: a small shard)
+#: tokenizes this many characters with hf-tokenizers before it parses fastokens (`CheckedTokenizer.load_fast_later`).
+#: Parsing Llama-3 with fastokens takes ~1.3 s and hf-tokenizers tokenizes ~4 MB/s with its offsets on two threads,
+#: so a smaller input (a test's, the samples of a small dataset) never waits for the parse, and a larger one spends
+#: about a second more.
+FAST_PATH_AFTER_CHARS = 4 << 20
 TOKENIZER_FIELD = "sft.tokenizer_model"
 BACKEND_FIELD = "sft.tokenizer_backend"
 
@@ -355,15 +362,26 @@ class HFChatTokenizer(CheckedTokenizer):
         self.files = files
         self.name = files.spec
         preloaded = _PRELOADED.get(str(files.tokenizer_json))
-        parsed = preloaded[0] if preloaded else _parse(files.tokenizer_json, with_fast=backend != "reference")
+        # fastokens is parsed now when asked for or parsed ahead (forked workers); with ``auto`` in a process of its
+        # own, only once the reference has taken FAST_PATH_AFTER_CHARS
+        parse_fast_now = backend == "fastokens" or (backend == "auto" and preloaded is not None)
+        parsed = preloaded[0] if preloaded else _parse(files.tokenizer_json, with_fast=parse_fast_now)
         self.reference = parsed.reference
         self.vocab_size = self.reference.get_vocab_size(with_added_tokens=True)
         self.template_tokens = {name: token for name, token in (("bos_token", files.bos_token),
                                 ("eos_token", files.eos_token), ("sep_token", files.sep_token)) if token is not None}
         self.literals = TokenLiterals(t.content for t in self.reference.get_added_tokens_decoder().values())
-        if backend != "reference":
-            byte_lengths = preloaded[1] if preloaded else byte_level_lengths(self.reference)
+        if backend == "reference":
+            return
+        byte_lengths = preloaded[1] if preloaded else byte_level_lengths(self.reference)
+        if parse_fast_now or byte_lengths is None:
             self._try_fastokens(parsed, byte_lengths, required=backend == "fastokens")
+        else:
+            self.load_fast_later(functools.partial(self._parse_fastokens_now, byte_lengths), FAST_PATH_AFTER_CHARS)
+
+    def _parse_fastokens_now(self, byte_lengths: np.ndarray) -> None:
+        fast, error = parse_fastokens(self.files.tokenizer_json.read_text(encoding="utf-8"))
+        self._try_fastokens(ParsedTokenizer(self.reference, fast, error), byte_lengths, required=False)
 
     def _try_fastokens(self, parsed: ParsedTokenizer, byte_lengths: np.ndarray | None, required: bool) -> None:
         if byte_lengths is None:

@@ -93,6 +93,22 @@ class ParsedTokenizer:
     fast_error: str = "fastokens not asked for"
 
 
+def parse_fastokens(text: str) -> tuple[Any, str]:
+    """fastokens' parse of a tokenizer.json's ``text``, padding and truncation off: ``(tokenizer, "")``, or ``(None,
+    why)`` when fastokens cannot take the file or is not installed."""
+    try:
+        import fastokens
+
+        # Read once per process, at fastokens' first encode: set before anything is encoded.
+        os.environ.setdefault("FASTOKENS_BPE_THREADS", FASTOKENS_THREADS_PER_CALL)
+        fast = fastokens.Tokenizer.from_json_str(text)
+        fast.no_padding()
+        fast.no_truncation()
+        return fast, ""
+    except FASTOKENS_ERRORS as exc:
+        return None, f"fastokens unavailable ({exc})"
+
+
 def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = None) -> ParsedTokenizer:
     """Parse a tokenizer.json's ``text``: fastokens in a thread (it lets go of the GIL for most of its ~1.3 s on
     Llama-3) while the reference parses here. The thread is joined before this returns, also when the reference
@@ -103,18 +119,13 @@ def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = N
 
     def parse_fast() -> None:
         try:
-            import fastokens
-
-            # Read once per process, at fastokens' first encode: set before anything is encoded.
-            os.environ.setdefault("FASTOKENS_BPE_THREADS", FASTOKENS_THREADS_PER_CALL)
-            fast = fastokens.Tokenizer.from_json_str(text)
-            fast.no_padding()
-            fast.no_truncation()
-            parsed.fast = fast
-        except FASTOKENS_ERRORS as exc:
-            parsed.fast_error = f"fastokens unavailable ({exc})"
+            fast, error = parse_fastokens(text)
         except BaseException as exc:  # noqa: BLE001 - a thread's error would only be printed
             failed.append(exc)
+            return
+        parsed.fast = fast
+        if error:
+            parsed.fast_error = error
 
     thread = threading.Thread(target=parse_fast, name="fastokens-parse") if with_fast else None
     if thread is not None:

@@ -34,8 +34,9 @@ def hf_llama3():
                                    eos_token=found.eos_token)
 
 
-def chat_tokenizer(spec: str = "llama3", backend: str = "auto"):
-    """The product's tokenizer, shared with `load_chat_format` in this process."""
+def chat_tokenizer(spec: str = "llama3", backend: str = "fastokens"):
+    """The product's tokenizer, shared with `load_chat_format` in this process; by default on its fast path (``auto``
+    takes it only after megabytes of text: test_render_transformers_parity.py)."""
     return cached_chat_tokenizer(spec, None, backend)
 
 

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from nemotron_assets.chat import tokenizers as chat_tokenizers
 from nemotron_assets.chat.tokenizers import HFChatTokenizer, TokenLiterals, byte_level_lengths
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.loading import TokenizerFiles, locate_tokenizer
@@ -59,15 +60,19 @@ def word_piece() -> Tokenizer:
     return tokenizer
 
 
-def test_a_byte_level_bpe_gets_the_fast_path(tmp_path):
+def test_a_byte_level_bpe_gets_the_fast_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(chat_tokenizers, "FAST_PATH_AFTER_CHARS", 1)  # auto parses fastokens at its first text
     tokenizer = HFChatTokenizer(files_for(byte_level_bpe(), tmp_path))
+    tokenizer.encode_batch(["hello"])
     assert tokenizer.backend == "fastokens", tokenizer.backend_reason
     assert tokenizer.template_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
 
 
-def test_a_normalizer_that_changes_text_keeps_the_reference(tmp_path):
+def test_a_normalizer_that_changes_text_keeps_the_reference(tmp_path, monkeypatch):
     """NFC turns "e\\u0301" into "é": the tokens' bytes no longer spell the text, so offsets cannot come from ids."""
+    monkeypatch.setattr(chat_tokenizers, "FAST_PATH_AFTER_CHARS", 1)  # auto parses fastokens at its first text
     tokenizer = HFChatTokenizer(files_for(byte_level_bpe(normalizers.NFC()), tmp_path))
+    tokenizer.encode_batch(["hello"])
     assert tokenizer.backend == "hf-tokenizers" and "probe text" in tokenizer.backend_reason
     with pytest.raises(InputError, match="fastokens cannot be used"):
         HFChatTokenizer(files_for(byte_level_bpe(normalizers.NFC()), tmp_path), backend="fastokens")
@@ -87,7 +92,7 @@ def test_a_fast_path_that_disagrees_on_a_batch_is_dropped_for_good(tmp_path):
     next batch disagrees, so the whole batch and everything after it goes through the reference."""
     import fastokens
 
-    tokenizer = HFChatTokenizer(locate_tokenizer("llama3"))
+    tokenizer = HFChatTokenizer(locate_tokenizer("llama3"), backend="fastokens")
     other = tmp_path / "other.json"
     byte_level_bpe().save(str(other))
     tokenizer.fast = fastokens.Tokenizer.from_file(str(other))
@@ -101,7 +106,7 @@ def test_a_fast_path_that_disagrees_on_a_batch_is_dropped_for_good(tmp_path):
 def test_a_text_whose_bytes_do_not_add_up_goes_through_the_reference(tmp_path):
     """A byte-length table that is wrong for one token stands for a token the table cannot describe: texts holding
     it are tokenized by the reference, the others by the fast path, and they are counted."""
-    tokenizer = HFChatTokenizer(locate_tokenizer("llama3"))
+    tokenizer = HFChatTokenizer(locate_tokenizer("llama3"), backend="fastokens")
     hello = tokenizer.reference.token_to_id("hello")
     tokenizer.byte_lengths = tokenizer.byte_lengths.copy()
     tokenizer.byte_lengths[hello] += 1

@@ -10,8 +10,11 @@ ChatML, on the fast (fastokens + byte offsets) and the reference (hf-tokenizers 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
+from nemotron_assets.chat import tokenizers as chat_tokenizers
 from nemotron_assets.chat.samples import find_literal, render_sample, tokenize_sample
 from nemotron_assets.chat.templates import CHATML, JinjaChatTemplate
+from nemotron_assets.chat.tokenizers import HFChatTokenizer
+from nemotron_assets.tokenize.loading import locate_tokenizer
 from nemotron_assets_tests.chat.render_reference import (
     TOOLS,
     as_list,
@@ -26,7 +29,7 @@ LLAMA3 = fixture_template("llama3_tagged.jinja")
 TEMPLATES = {"llama3_tagged": LLAMA3, "chatml": CHATML}
 
 
-def ours(messages, tools, source: str, backend: str = "auto") -> tuple[str, list[int], list[int]]:
+def ours(messages, tools, source: str, backend: str = "fastokens") -> tuple[str, list[int], list[int]]:
     tokenizer = chat_tokenizer("llama3", backend)
     template = JinjaChatTemplate(source, "test", tokenizer.template_tokens)
     rendered = render_sample(messages, tools, template)
@@ -34,9 +37,23 @@ def ours(messages, tools, source: str, backend: str = "auto") -> tuple[str, list
     return rendered.text, as_list(ids), as_list(mask)
 
 
-def test_the_fast_path_is_used_for_llama3():
-    tokenizer = chat_tokenizer("llama3")
+def test_auto_tokenizes_with_hf_tokenizers_until_it_has_taken_enough_text_then_with_fastokens(monkeypatch):
+    """Parsing Llama-3 with fastokens takes about a second: ``auto`` in a process of its own tokenizes
+    ``FAST_PATH_AFTER_CHARS`` characters with hf-tokenizers first (a small input never waits for the parse), then
+    parses, checks and uses fastokens. The ids are the same either way."""
+    monkeypatch.setattr(chat_tokenizers, "FAST_PATH_AFTER_CHARS", 100)
+    tokenizer = HFChatTokenizer(locate_tokenizer("llama3"))
+    assert tokenizer.backend == "hf-tokenizers"
+    assert tokenizer.backend_reason == "fastokens loads once hf-tokenizers has tokenized 100 characters in this process"
+    texts = ["sixty characters: " + "0123456789" * 4 + "ab", "sixty more, with 😀 and é, so 120 in all " + "." * 20]
+    assert [len(text) for text in texts] == [60, 60]
+    reference = [encoding.ids for encoding in tokenizer.reference.encode_batch(texts, add_special_tokens=False)]
+    (first,) = tokenizer.encode_batch(texts[:1])
+    assert tokenizer.backend == "hf-tokenizers" and as_list(first.ids) == reference[0]
+    (second,) = tokenizer.encode_batch(texts[1:])
     assert tokenizer.backend == "fastokens", tokenizer.backend_reason
+    assert as_list(second.ids) == reference[1]
+    assert chat_tokenizer("llama3", "fastokens").backend == "fastokens"
     assert chat_tokenizer("llama3", "reference").backend == "hf-tokenizers"
 
 
