@@ -23,6 +23,7 @@ its UTF-8 length goes through the reference (`texts_through_reference` counts th
 """
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -377,10 +378,15 @@ class HFChatTokenizer(CheckedTokenizer):
         if parse_fast_now or byte_lengths is None:
             self._try_fastokens(parsed, byte_lengths, required=backend == "fastokens")
         else:
-            self.load_fast_later(functools.partial(self._parse_fastokens_now, byte_lengths), FAST_PATH_AFTER_CHARS)
+            self.load_fast_later(functools.partial(self._parse_fastokens_now, byte_lengths, files.sha256),
+                                 FAST_PATH_AFTER_CHARS)
 
-    def _parse_fastokens_now(self, byte_lengths: np.ndarray) -> None:
-        fast, error = parse_fastokens(self.files.tokenizer_json.read_text(encoding="utf-8"))
+    def _parse_fastokens_now(self, byte_lengths: np.ndarray, sha256: str) -> None:
+        """fastokens parses the file the reference was parsed from (``sha256``), or is never used."""
+        data = self.files.tokenizer_json.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha256:
+            return self._disable_fast(f"{self.files.tokenizer_json} changed after it was loaded")
+        fast, error = parse_fastokens(data.decode("utf-8"))
         self._try_fastokens(ParsedTokenizer(self.reference, fast, error), byte_lengths, required=False)
 
     def _try_fastokens(self, parsed: ParsedTokenizer, byte_lengths: np.ndarray | None, required: bool) -> None:

@@ -68,6 +68,19 @@ def test_a_byte_level_bpe_gets_the_fast_path(tmp_path, monkeypatch):
     assert tokenizer.template_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
 
 
+def test_auto_never_parses_fastokens_from_a_file_changed_after_the_reference_was_loaded(tmp_path, monkeypatch):
+    """``auto`` parses fastokens late (`FAST_PATH_AFTER_CHARS`): from the same file, or not at all."""
+    monkeypatch.setattr(chat_tokenizers, "FAST_PATH_AFTER_CHARS", 1)
+    files = files_for(byte_level_bpe(), tmp_path)
+    tokenizer = HFChatTokenizer(files)
+    loaded = tokenizer.reference.encode("hello world", add_special_tokens=False).ids
+    word_piece().save(str(files.tokenizer_json))  # another tokenizer in its place
+    (tokens,) = tokenizer.encode_batch(["hello world"])
+    assert tokenizer.backend == "hf-tokenizers"
+    assert tokenizer.backend_reason == f"{files.tokenizer_json} changed after it was loaded; using hf-tokenizers"
+    assert as_list(tokens.ids) == loaded
+
+
 def test_a_normalizer_that_changes_text_keeps_the_reference(tmp_path, monkeypatch):
     """NFC turns "e\\u0301" into "é": the tokens' bytes no longer spell the text, so offsets cannot come from ids."""
     monkeypatch.setattr(chat_tokenizers, "FAST_PATH_AFTER_CHARS", 1)  # auto parses fastokens at its first text
