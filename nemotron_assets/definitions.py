@@ -24,6 +24,7 @@ import dagster as dg
 
 from nemotron_assets.cli.console import compact_console
 from nemotron_assets.core import settings
+from nemotron_assets.core.allocator import loading_for_good
 from nemotron_assets.core.automation import build_sensor, post_training_sensor
 from nemotron_assets.core.blend import BrokenBlend, load_blend_folder
 from nemotron_assets.core.lineage import WandbLineage
@@ -90,4 +91,5 @@ def broken_blend_asset(bad: BrokenBlend) -> dg.AssetSpec:
                         metadata={"blend_file": dg.MetadataValue.path(str(bad.path)), "error": str(bad.error)})
 
 
-defs = build_definitions()
+with loading_for_good():  # it and the modules above live as long as the process (core/allocator.py)
+    defs = build_definitions()

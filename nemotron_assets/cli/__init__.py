@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 from nemotron_assets.core import settings
 
@@ -67,22 +68,18 @@ def run() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from nemotron_assets.core.blend import UnknownBlend
-    from nemotron_assets.core.instance import InstanceError
-    from nemotron_assets.core.settings import DeploymentError
-    from nemotron_assets.sources.errors import InputError
+    from nemotron_assets.core.allocator import loading_for_good
 
+    with loading_for_good():  # Dagster and the pipelines' modules: the process keeps them to its end
+        from nemotron_assets.core.blend import UnknownBlend
+        from nemotron_assets.core.instance import InstanceError
+        from nemotron_assets.core.settings import DeploymentError
+        from nemotron_assets.sources.errors import InputError
+
+        command = _command(args.command)
     try:
         settings.deployment()  # an unknown NEMOTRON_DEPLOYMENT is an error for every command
-        if args.command == "materialize":
-            from nemotron_assets.cli.materialize import materialize
-
-            return materialize(args)
-        if args.command == "export":
-            from nemotron_assets.cli.export import export
-
-            return export(args)
-        return show_status(args) if args.command == "status" else verify(args)
+        return command(args)
     except (InputError, UsageError, UnknownBlend, DeploymentError, InstanceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if getattr(args, "json", False) and args.command == "materialize":
@@ -90,6 +87,21 @@ def main(argv: list[str] | None = None) -> int:
 
             print(json.dumps(error_document(args.blend, str(exc), 2), indent=1))
         return 2
+
+
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function of command ``name``, with the modules it runs on imported."""
+    if name == "materialize":
+        from nemotron_assets.cli.materialize import materialize
+
+        return materialize
+    if name == "export":
+        from nemotron_assets.cli.export import export
+
+        return export
+    import nemotron_assets.cli.reports  # noqa: F401 - what status and verify report with
+
+    return show_status if name == "status" else verify
 
 
 def _parser() -> argparse.ArgumentParser:
