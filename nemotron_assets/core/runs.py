@@ -55,6 +55,8 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._serdes import ConfigurableClassData
 from dagster._utils.hosted_user_process import recon_job_from_origin, recon_repository_from_origin
 
+from nemotron_assets.core.allocator import refreeze_after_reload
+
 DEFINITIONS_MODULE = "nemotron_assets.definitions"
 HEALTH_CHECK_SECONDS = 10.0
 
@@ -103,6 +105,7 @@ def reload_definitions() -> None:
     importlib.reload(module)
     ReconstructableJob.get_repository_definition.cache_clear()
     ReconstructableJob.get_definition.cache_clear()
+    refreeze_after_reload()
 
 
 def _job(repo: dg.RepositoryDefinition, asset_keys: Sequence[dg.AssetKey]) -> dg.JobDefinition:
