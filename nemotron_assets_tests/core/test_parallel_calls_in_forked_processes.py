@@ -144,7 +144,9 @@ def test_leaving_the_context_ends_the_calls_still_running_whatever_handlers_the_
     try:
         with ForkedCalls({"forever": forever, "never started": lambda report: None}, 1, on_message=lambda *_: None):
             deadline = time.monotonic() + 30
-            while not pid_file.exists() and time.monotonic() < deadline:
+            # the pid written, not only the file created: leaving the context between the two ended the child
+            # before it wrote, and the test read an empty file (once, in a fresh-clone CI run on a busy machine)
+            while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
                 time.sleep(0.01)
     finally:
         for sig, handler in handlers.items():
