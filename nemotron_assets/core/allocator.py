@@ -3,10 +3,10 @@ freed memory given back when a step ends (`give_back_free_memory`), Python's cyc
 makes many objects and no cycles (`collector_paused`), and what a process keeps to its end frozen out of the
 collector's reach once loaded (`loading_for_good`).
 
-Both are glibc's documented tunables (``man 3 mallopt``), set by every step that builds (core/reporting.py
-``materialize_partitions``), whoever launched its run; the processes it forks (the builds of a run's shards) inherit
-them. An arena limit set after threads started limits the arenas made from then on. Without glibc (musl, macOS)
-nothing changes.
+The two ``malloc`` settings are glibc's documented tunables (``man 3 mallopt``), set by every step that builds
+(core/reporting.py ``materialize_partitions``), whoever launched its run; the processes it forks (the builds of a
+run's shards) inherit them. An arena limit set after threads started limits the arenas made from then on. Without
+glibc (musl, macOS) nothing changes.
 
 **Arenas.** A pretraining shard runs five threads that allocate (reader, two tokenizers, writer, the step), and
 glibc gives each its own arena that keeps up to ~64 MB of freed memory: on 1 GB of input the CLI's peak RSS varied
@@ -115,12 +115,12 @@ def loading_for_good() -> Iterator[None]:
     moment frozen too). A later block freezes nothing: the modules are loaded by then, and a freeze would also keep
     whatever garbage the process's runs had left; a reload of the code location refreezes (`refreeze_after_reload`).
 
-    Importing Dagster and the pipelines makes ~220,000 objects, and a full collection walks every object of the
-    process: four of them ran during a command's imports, and one more ends every process that exits through the
-    interpreter (``dagster asset materialize``, the UI's code server). Frozen, they are walked by none: a process that
-    imports the code location took 1.12 s instead of 1.62 s, the trivial ``dagster asset materialize --select
-    sample/megatron_blend`` 2.30 s instead of 2.76 s (medians; bench/README.md, "Start-up: what the process keeps,
-    frozen")."""
+    Importing the code location makes ~170,000 objects (a ``materialize`` command's imports ~220,000), and a full
+    collection walks every object of the process: three ran during that import, four during the command's, and the
+    interpreter runs one more when a process exits through it (``dagster asset materialize``, the UI's code server).
+    Frozen, they are walked by none: a process that imports the code location took 1.12 s instead of 1.62 s, the
+    trivial ``dagster asset materialize --select sample/megatron_blend`` 2.30 s instead of 2.76 s (medians;
+    bench/README.md, "Start-up: what the process keeps, frozen")."""
     first = gc.get_freeze_count() == 0
     with collector_paused():
         yield
