@@ -11,9 +11,13 @@ Three measurements, each a fresh process, as a user types them:
   on the bundled sample blend, already built (the step finds its shards done and writes, or keeps, two small
   files), with the default executor and the sqlite instance;
 - **the sample blend from scratch:** ``python -m nemotron_assets materialize sample`` in a fresh Dagster home and
-  data root, the first build of ``make demo`` (three runs: the source splits, 7 small shards, ``blend.json``).
+  data root, the first build of ``make demo`` (three runs: the source splits, 7 small shards, ``blend.json``);
+- **the post-training sample**, ``python -m nemotron_assets materialize posttrain_sample``, from scratch (as above)
+  and up to date (ten runs, each step finding its outputs done): mostly the runs themselves, and the events they
+  record in the instance.
 
-Each checkout builds the sample blend once beforehand (not timed), in its own Dagster home and data root. Prints the
+Each checkout builds both blends once beforehand (not timed), in its own Dagster home (its own
+``dagster_home/dagster.yaml``) and data root. Prints the
 range of each measurement and the ratio before / now (> 1: now is faster).
 """
 
@@ -33,7 +37,7 @@ def environment(code: Path, work: Path) -> dict:
     home = work / "home"
     if not home.exists():
         home.mkdir(parents=True)
-        shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+        shutil.copy(code / "dagster_home" / "dagster.yaml", home / "dagster.yaml")  # each checkout's own instance
     return {**os.environ, "PYTHONPATH": str(code), "DAGSTER_HOME": str(home), "NEMOTRON_DATA_ROOT": str(work / "data"),
             "NEMOTRON_BLENDS_DIR": str(REPO / "blends"), "HF_HUB_OFFLINE": "1"}
 
@@ -60,11 +64,14 @@ def main() -> int:
         "trivial dagster asset materialize": [dagster, "asset", "materialize", "-m", "nemotron_assets.definitions",
                                               "--select", "sample/megatron_blend"],
         "the sample blend from scratch": [python, "-m", "nemotron_assets", "materialize", "sample"],
+        "the post-training sample from scratch": [python, "-m", "nemotron_assets", "materialize", "posttrain_sample"],
+        "the post-training sample, up to date": [python, "-m", "nemotron_assets", "materialize", "posttrain_sample"],
     }
-    fresh = {"the sample blend from scratch"}  # each run in a new home and data root
+    fresh = {"the sample blend from scratch", "the post-training sample from scratch"}  # a new home and data root
     for side, code in sides.items():
         subprocess.run([python, "-m", "compileall", "-q", str(code / "nemotron_assets")], check=True)
-        timed([python, "-m", "nemotron_assets", "materialize", "sample"], environment(code, work / side), code)
+        for blend in ("sample", "posttrain_sample"):
+            timed([python, "-m", "nemotron_assets", "materialize", blend], environment(code, work / side), code)
     times = {(side, name): [] for side in sides for name in commands}
     for run in range(args.runs):
         for name, cmd in commands.items():

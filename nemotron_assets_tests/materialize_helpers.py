@@ -6,10 +6,9 @@ import dagster as dg
 
 from nemotron_assets.core.blend import Blend, load_blend
 from nemotron_assets.core.lineage import WandbLineage
-from nemotron_assets.core.partitions import Scope
+from nemotron_assets.core.partitions import Scope, range_tags
 from nemotron_assets.core.pipeline import BlendScope
 from nemotron_assets.core.resources import StorageResource
-from nemotron_assets.core.runs import range_tags
 from nemotron_assets.defs.registry import PIPELINES
 
 

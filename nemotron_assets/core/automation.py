@@ -32,12 +32,11 @@ import dagster as dg
 
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey
-from nemotron_assets.core.partitions import SHARDS_PER_RUN, contiguous_ranges
+from nemotron_assets.core.partitions import SHARDS_PER_RUN, contiguous_ranges, range_tags
 from nemotron_assets.core.pipeline import BlendScope, Step, Target
 from nemotron_assets.core.records import Freshness, read_manifest
 from nemotron_assets.core.resources import StorageResource
 from nemotron_assets.core.run_history import partition_statuses
-from nemotron_assets.core.runs import range_tags
 from nemotron_assets.core.storage import Storage
 from nemotron_assets.sources.discovery import listing_hash
 from nemotron_assets.sources.errors import InputError

@@ -47,6 +47,20 @@ def split_sample_key(key: str) -> tuple[str, str | None]:
     return check_sample(sample), (rest or None)
 
 
+#: The tags that make a run cover a partition range, as ``dagster asset materialize --partition-range`` and the UI's
+#: backfills set them. Dagster 1.13 names them only in its private ``dagster._core.storage.tags``: written out here, so
+#: the code location imports no private Dagster (core/test_partition_range_tags.py checks they are Dagster's).
+PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+def range_tags(partitions: Sequence[str] | None) -> dict[str, str]:
+    """The tags of a run over the contiguous range ``partitions[0]...partitions[-1]`` (none when unpartitioned)."""
+    if not partitions:
+        return {}
+    return {PARTITION_RANGE_START_TAG: partitions[0], PARTITION_RANGE_END_TAG: partitions[-1]}
+
+
 def contiguous_ranges(all_keys: Sequence[str], wanted: Sequence[str], max_per_run: int) -> Iterator[list[str]]:
     """Split ``wanted`` into runs of keys adjacent in ``all_keys`` order, each at most ``max_per_run`` long."""
     wanted_set = set(wanted)

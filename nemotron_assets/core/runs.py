@@ -3,7 +3,7 @@
 A run materializes one asset for a contiguous range of its partitions (or unpartitioned), against the instance of
 ``DAGSTER_HOME``, through a job that points at the code location by module (``nemotron_assets.definitions``), so
 the runs show in the UI of ``dagster dev -w workspace.yaml`` and can be re-executed from there. A range is given to
-Dagster by two tags (`range_tags`), as ``--partition-range`` does.
+Dagster by two tags (core/partitions.py `range_tags`), as ``--partition-range`` does.
 
 Two ways to run them:
 
@@ -12,6 +12,10 @@ Two ways to run them:
 - **launched** (`launch_assets`, then `wait_for_runs`): the run is handed to the instance's run launcher (Ray,
   through dagster-ray, in the cluster deployment) and polled until it ends, asking the launcher about the health of
   its worker, so a run whose worker died is failed instead of waited on forever.
+
+Where a run's events go: the sqlite instance of ``dagster_home/`` records them through `KeptOpenSqliteEventLogStorage`
+(named in its ``dagster.yaml``, so every process of the instance uses it): Dagster's own files and tables, with
+connections kept open instead of opened and closed for every event.
 
 This module and core/reporting.py are the only ones that use Dagster's private API, each import saying why.
 """
@@ -22,7 +26,9 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,7 +43,8 @@ import dagster as dg
 #   instance's launcher, as the webserver does, and the launcher's report on the run's worker;
 # - InstanceRef, ConfigurableClassData, LocalComputeLogManager: the instance of a terminal (`terminal_instance`),
 #   DAGSTER_HOME's configuration as Dagster reads it with two settings changed, one of them its compute log manager;
-# - the two tags that make a run cover a partition range (what --partition-range and the UI's backfills set).
+# - SqliteEventLogStorage, INDEX_SHARD_NAME, SQLITE_BUSY_TIMEOUT_SECONDS: Dagster's sqlite event log, which
+#   `KeptOpenSqliteEventLogStorage` extends (the one way to change how it connects is its private ``_connect``).
 from dagster._core.code_pointer import CodePointer
 from dagster._core.definitions.reconstruct import ReconstructableJob
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
@@ -49,23 +56,22 @@ from dagster._core.remote_origin import (
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
+    INDEX_SHARD_NAME,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    SqliteEventLogStorage,
+)
 from dagster._core.storage.local_compute_log_manager import LocalComputeLogManager
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._serdes import ConfigurableClassData
 from dagster._utils.hosted_user_process import recon_job_from_origin, recon_repository_from_origin
+from sqlalchemy import Engine, create_engine
 
 from nemotron_assets.core.allocator import refreeze_after_reload
+from nemotron_assets.core.partitions import range_tags
 
 DEFINITIONS_MODULE = "nemotron_assets.definitions"
 HEALTH_CHECK_SECONDS = 10.0
-
-
-def range_tags(partitions: Sequence[str] | None) -> dict[str, str]:
-    """The tags of a run over the contiguous range ``partitions[0]...partitions[-1]`` (none when unpartitioned)."""
-    if not partitions:
-        return {}
-    return {ASSET_PARTITION_RANGE_START_TAG: partitions[0], ASSET_PARTITION_RANGE_END_TAG: partitions[-1]}
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,111 @@ def _sigint_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+# --- where runs record their events ----------------------------------------------------------------------------
+class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
+    """Dagster's sqlite event log (the same files: ``history/runs/index.db`` and one ``<run id>.db`` per run, the same
+    tables), with two costs of each write taken out. Every process that opens the instance uses it, because
+    ``dagster.yaml`` names it: the command line, ``dagster asset materialize``, the UI, the daemon, run workers.
+
+    - **Connections kept open.** Dagster's storage makes an engine, opens the file, writes, commits, closes and
+      disposes for every event, and a run records ~40 (a step's start, each partition's planned and materialized
+      events, each check, each log line): 8 ms an event, half of an up-to-date ``materialize posttrain_sample``. Here
+      each file keeps one engine whose pool holds its connection open between writes, for the index and the last
+      ``KEEP_OPEN`` run files (the UI reads many runs' files: the oldest engine is closed). A connection ends its
+      transaction when it returns to the pool, so it holds no lock between writes, as sqlite's WAL mode needs for
+      several processes sharing the files. A process forked from this one never uses or closes them: it opens its
+      own.
+    - **A new run's file copied, not created.** Dagster creates each run's file with its alembic migrations (~70 ms).
+      Here the first new run's file of a process is created that way in a temporary folder, and each new run's file
+      is written from its bytes: the same empty tables and migration stamp.
+    """
+
+    KEEP_OPEN = 4  # run files whose engine stays open, besides the index
+
+    def __init__(self, base_dir: str | None = None, inst_data: ConfigurableClassData | None = None) -> None:
+        self._engines: OrderedDict[str, Engine] = OrderedDict()  # shard -> its engine, the newest last
+        self._engines_pid = os.getpid()
+        self._empty_run_file: bytes | None = None  # a new run's file, made once per process
+        self._placed = base_dir is not None
+        self._pending_inst_data = inst_data
+        if self._placed:
+            super().__init__(base_dir, inst_data)
+
+    def register_instance(self, instance: dg.DagsterInstance) -> None:
+        """Without a ``base_dir`` in ``dagster.yaml``, the files are where Dagster's default sqlite storage puts
+        them, in the folder of the instance that registers this storage (its first act with it)."""
+        if not self._placed:
+            super().__init__(os.path.join(instance.root_directory, "history", "runs", ""), self._pending_inst_data)
+            self._placed = True
+        super().register_instance(instance)
+
+    @classmethod
+    def config_type(cls):
+        return {"base_dir": dg.Field(dg.StringSource, is_required=False)}
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value) -> "KeptOpenSqliteEventLogStorage":
+        return cls(inst_data=inst_data, **config_value)
+
+    @contextlib.contextmanager
+    def _connect(self, shard: str) -> Iterator:
+        with self._db_lock:
+            engine = self._engine(shard)
+            if shard not in self._initialized_dbs:
+                self._initdb(engine, for_index_shard=shard == INDEX_SHARD_NAME)
+                self._initialized_dbs.add(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def _engine(self, shard: str) -> Engine:
+        if self._engines_pid != os.getpid():  # forked: the parent's connections are the parent's to use and close
+            self._inherited = self._engines  # kept referenced, so they are never closed here
+            self._engines, self._engines_pid = OrderedDict(), os.getpid()
+        engine = self._engines.pop(shard, None)
+        if engine is None:
+            engine = create_engine(self.conn_string_for_shard(shard), pool_size=1,
+                                   connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+        self._engines[shard] = engine
+        runs = [name for name in self._engines if name != INDEX_SHARD_NAME]
+        for name in runs[:-self.KEEP_OPEN]:
+            self._engines.pop(name).dispose()
+        return engine
+
+    def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
+        path = engine.url.database
+        if for_index_shard or not path or os.path.exists(path):
+            super()._initdb(engine, for_index_shard=for_index_shard)  # Dagster's check of an existing file
+            return
+        if self._empty_run_file is None:
+            with tempfile.TemporaryDirectory(prefix="nemotron-event-log-") as folder:
+                made = create_engine(f"sqlite:///{folder}/run.db")
+                super()._initdb(made)
+                made.dispose()  # its last connection closed: the file holds everything, nothing is left in a WAL
+                self._empty_run_file = Path(folder, "run.db").read_bytes()
+        partial = Path(f"{path}.{os.getpid()}.partial")
+        partial.write_bytes(self._empty_run_file)
+        try:
+            os.link(partial, path)  # only if no other process made the file meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
+
+    def wipe(self) -> None:
+        self._close_engines()
+        super().wipe()
+
+    def dispose(self) -> None:
+        self._close_engines()
+        super().dispose()
+
+    def _close_engines(self) -> None:
+        if self._engines_pid == os.getpid():
+            for engine in self._engines.values():
+                engine.dispose()
+        self._engines = OrderedDict()
 
 
 def execute_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition, instance: dg.DagsterInstance,
