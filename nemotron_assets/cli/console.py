@@ -57,9 +57,10 @@ TERMINAL = _open_terminal()
 def console_stream():
     """Where the console's lines go: the terminal itself, past Dagster's capture of a step's output.
 
-    Dagster's compute log manager points a step's stdout and stderr at files, and copies them to the terminal with
-    ``tail -F``, which it stops when the step ends: a line the copy had not reached by then never reaches the
-    terminal (on a busy machine, every line of a short step was lost). So the lines are written to the handle on
+    The compute log manager points a step's stdout and stderr at files and copies them to the terminal: Dagster's own
+    with ``tail -F``, which it stops when the step ends, so a line the copy had not reached by then never reached the
+    terminal (on a busy machine, every line of a short step was lost); the bundled instance's with a thread
+    (core/runs.py ``MirroredComputeLogManager``), which ends with the process. So the lines are written to the handle on
     stderr taken on import, when stderr is still that file; the run's event log keeps them too. When stderr has been
     replaced since (a caller that captures the command's output), they go where it points now."""
     if TERMINAL is not None and sys.stderr is sys.__stderr__:

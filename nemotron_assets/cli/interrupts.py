@@ -33,6 +33,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from nemotron_assets.cli.console import console_stream
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_AFTER_S = 0.05  # a swallowed interrupt raised again after this (`Interrupts.redeliver`)
 EXIT_STATUS = 130  # 128 + SIGINT, the shell's convention for a command stopped by Ctrl-C
@@ -58,6 +60,7 @@ class Interrupts:
         self._old_wakeup = -1
         self._pool_handler: logging.Handler | None = None
         self._old_unraisablehook = sys.unraisablehook
+        self._notices = sys.stderr  # where the command's own notices go (`__enter__`)
 
     @property
     def handling(self) -> bool:
@@ -66,6 +69,9 @@ class Interrupts:
     def __enter__(self) -> "Interrupts":
         if not self.handle_signals or threading.current_thread() is not threading.main_thread():
             return self
+        # The terminal, taken before any run: while a step runs, stderr is its captured output, whose copy to the
+        # terminal ends with the process (a second signal's notice would be lost)
+        self._notices = console_stream()
         self._read_end, self._write_end = os.pipe()
         os.set_blocking(self._write_end, False)
         self._old_wakeup = signal.set_wakeup_fd(self._write_end, warn_on_full_buffer=False)
@@ -132,9 +138,9 @@ class Interrupts:
         if self._count == 1:
             self.signalled = name
             print(f"\n{name}: stopping (builds in progress are killed, committed outputs stay done); "
-                  "a second Ctrl-C exits at once", file=sys.stderr, flush=True)
+                  "a second Ctrl-C exits at once", file=self._notices, flush=True)
             return
-        print(f"{name} again: exiting now", file=sys.stderr, flush=True)
+        print(f"{name} again: exiting now", file=self._notices, flush=True)
         os._exit(EXIT_STATUS)
 
 

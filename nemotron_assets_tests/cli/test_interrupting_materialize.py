@@ -135,8 +135,8 @@ def test_a_signal_stops_the_build_keeps_committed_shards_and_a_rerun_completes(e
 
     assert code == 130, command.stderr[-3000:]
     assert seconds < 5, f"stopped {seconds:.1f} s after the signal"
-    # Ctrl-C reaches the whole process group: Dagster's compute log helpers ignore it (core/runs.py), so none of them
-    # prints a KeyboardInterrupt traceback (watch_orphans.py did, twice)
+    # Ctrl-C reaches the whole process group: the bundled instance starts no compute log helper (core/runs.py), so
+    # none prints a KeyboardInterrupt traceback (Dagster's watch_orphans.py did, twice)
     assert "Traceback" not in command.stderr, command.stderr[-3000:]
     name = signal.Signals(signum).name
     assert f"interrupted by {name} after" in command.stderr
