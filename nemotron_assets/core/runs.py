@@ -166,11 +166,11 @@ class MirroredComputeLogManager(LocalComputeLogManager):
     While a step executes, Dagster points the process's stdout and stderr (file descriptors 1 and 2, so a library's
     and a forked build's output too) at two files, for the UI. Its own manager also copies each file back to where the
     stream went, with a ``tail -F`` process and a Python watcher process that kills the tail if the run's process
-    dies: four processes per run, ~0.06 s of CPU each, and 0.5-0.8 s of an up-to-date ``materialize
-    posttrain_sample`` (bench/README.md). Here `_mirrored` copies each file from a thread of the run's own process,
-    which ends with it: nothing to watch, and nothing in the terminal's process group to receive its Ctrl-C. Every
-    process of the instance uses it, because ``dagster.yaml`` names it; the command line also puts it in place of
-    Dagster's own in an instance whose file names Dagster's (`terminal_instance`)."""
+    dies: four processes per run, 40 in an up-to-date ``materialize posttrain_sample``, which took 0.5-0.6 s of CPU
+    and 0.25-0.8 s of its time (bench/README.md). Here `_mirrored` copies each file from a thread of the run's own
+    process, which ends with it: nothing to watch, and nothing in the terminal's process group to receive its Ctrl-C.
+    Every process of the instance uses it, because ``dagster.yaml`` names it; the command line also puts it in place
+    of Dagster's own in an instance whose file names Dagster's (`terminal_instance`)."""
 
     def __init__(self, base_dir: str | None = None, polling_timeout: float | None = None,
                  inst_data: ConfigurableClassData | None = None) -> None:
@@ -212,10 +212,15 @@ MIRROR_POLL_SECONDS = 0.05  # how long a mirror waits for its file to grow befor
 def _mirrored(stream, path: str) -> Iterator[None]:
     """Inside, ``stream``'s file descriptor writes into ``path`` (appending), and a thread copies what the file holds
     and gains to where the stream went before. On leaving, the stream is put back and the thread copies the rest,
-    then ends. A write to that destination that fails (a closed terminal) is dropped: the file keeps everything."""
+    then ends. A write to that destination that fails (a closed terminal) is dropped: the file keeps everything. A
+    stream without a file descriptor (a notebook's) is neither captured nor copied, as in Dagster's own manager."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).touch()
-    destination = os.dup(stream.fileno())
+    try:
+        destination = os.dup(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both an OSError and a ValueError
+        yield
+        return
     finished = threading.Event()
 
     def copy() -> None:

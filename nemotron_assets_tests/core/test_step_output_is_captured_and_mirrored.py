@@ -57,3 +57,16 @@ def test_a_steps_output_reaches_the_compute_logs_and_the_process_without_helper_
     assert [line for line in captured_out.splitlines() if line in printed] == printed
     assert "written to fd 2" in captured_err
     assert list((home / "storage").rglob("*.complete"))  # the UI's sign that the capture ended
+
+
+def test_a_stream_without_a_file_descriptor_is_left_alone(tmp_path):
+    """A notebook's stdout has no file descriptor: the step's prints reach it as they would without a capture."""
+    import contextlib
+    import io
+
+    from nemotron_assets.core.runs import _mirrored
+
+    notebook = io.StringIO()
+    with contextlib.redirect_stdout(notebook), _mirrored(sys.stdout, str(tmp_path / "step.out")):
+        print("a step's print")
+    assert notebook.getvalue() == "a step's print\n"
