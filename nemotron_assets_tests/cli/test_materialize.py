@@ -6,9 +6,11 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from nemotron_assets.cli import main
 from nemotron_assets_tests.commands import command_here
@@ -63,11 +65,16 @@ def test_materialize_whole_blend_records_runs_in_the_instance(cli_env, tmp_path)
 
 
 def test_every_step_line_reaches_the_terminal_when_dagsters_copy_of_step_output_lags(cli_env, tmp_path):
-    """Dagster's own compute log manager copies a step's captured output to the terminal with ``tail -F``, and stops
-    the copy when the step ends; the bundled instance's copies it with a thread (core/runs.py
-    ``MirroredComputeLogManager``). Here a ``tail`` on the PATH would start 3 s late, as on a busy machine, and copy
-    nothing of these short steps: the console's lines reach the terminal without any copy (cli/console.py
-    ``console_stream``)."""
+    """Dagster's own compute log manager (an instance of the user's may name it) copies a step's captured output to the
+    terminal with ``tail -F``, and stops the copy when the step ends. Here ``tail`` starts 3 s late, as on a busy
+    machine, so it copies nothing of these short steps: the console's lines must reach the terminal without it
+    (cli/console.py ``console_stream``). The bundled instance copies with a thread instead (core/runs.py)."""
+    config = Path(cli_env["DAGSTER_HOME"], "dagster.yaml")
+    settings = yaml.safe_load(config.read_text())
+    settings["compute_logs"] = {"module": "nemotron_assets_tests.dagsters_compute_logs",
+                                "class": "DagstersOwnComputeLogManager",
+                                "config": {"base_dir": str(config.parent / "storage")}}
+    config.write_text(yaml.safe_dump(settings))
     late = tmp_path / "late_tail"
     late.mkdir()
     (late / "tail").write_text(f'#!/bin/sh\nsleep 3\nexec {shutil.which("tail")} "$@"\n')
