@@ -219,6 +219,8 @@ def _mirrored(stream, path: str) -> Iterator[None]:
     try:
         destination = os.dup(stream.fileno())
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both an OSError and a ValueError
+        destination = None
+    if destination is None:
         yield
         return
     finished = threading.Event()

@@ -4,8 +4,10 @@ event, asset materialization and check it wrote; in the folder of the instance t
 ``DAGSTER_HOME`` says; with a handful of files open however many runs it reads; and a forked process opens its own
 connections."""
 
+import json
 import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,28 +121,45 @@ def test_reading_many_runs_keeps_a_handful_of_files_open(tmp_path):
         assert 0 < len(open_runs) <= KeptOpenSqliteEventLogStorage.KEEP_OPEN
 
 
+#: In a fresh interpreter, as a command that forks its builds: one run, a fork that runs another through the same
+#: storage object, one more run in the parent. Prints the child's exit status and the three run ids.
+FORKING = """
+import json, os, sys
+import dagster as dg
+from nemotron_assets_tests.core.test_run_events_are_recorded import build
+
+with dg.DagsterInstance.from_config(sys.argv[1]) as instance:
+    first = build(instance, "a")
+    storage = instance.event_log_storage
+    parents = set(map(id, storage._engines.values()))
+    child = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the same storage object, through connections of its own
+        code = 1
+        try:
+            second = build(instance, "b")
+            mine = set(map(id, storage._engines.values()))
+            os.write(child[1], second.encode())
+            code = 0 if mine and not mine & parents else 3
+        finally:
+            os._exit(code)
+    os.close(child[1])
+    _, status = os.waitpid(pid, 0)
+    second = os.read(child[0], 100).decode()
+    third = build(instance, "a")
+print(json.dumps({"child_exit": os.waitstatus_to_exitcode(status), "runs": [first, second, third]}))
+"""
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="fork")
 def test_a_forked_process_records_through_connections_of_its_own(tmp_path):
     home = bundled_home(tmp_path)
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        first = build(instance, "a")
-        storage = instance.event_log_storage
-        parents = set(map(id, storage._engines.values()))
-        pid = os.fork()
-        if pid == 0:  # the child: the same storage object, through connections of its own
-            code = 1
-            try:
-                second = build(instance, "b")
-                mine = set(map(id, storage._engines.values()))
-                (tmp_path / "child").write_text(second)
-                code = 0 if mine and not mine & parents else 3
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        third = build(instance, "a")
-    second = (tmp_path / "child").read_text()
+    done = subprocess.run([sys.executable, "-c", FORKING, str(home)], cwd=REPO, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["child_exit"] == 0  # 3: the child used an engine of its parent's
     with dagsters_own_reader(home) as theirs:
-        for run_id in (first, second, third):
+        for run_id in report["runs"]:
             assert theirs.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
             assert events(theirs, run_id)[-1][0] == dg.DagsterEventType.RUN_SUCCESS
