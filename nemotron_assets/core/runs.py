@@ -159,7 +159,28 @@ def _level(name: str) -> int:
     return level if isinstance(level, int) else logging.INFO
 
 
-class MirroredComputeLogManager(LocalComputeLogManager):
+class PlacedInInstanceFolder:
+    """For a Dagster storage class named in ``dagster.yaml`` without a ``base_dir``: the config cannot say
+    "``$DAGSTER_HOME``/history/runs", so the files go where Dagster's default puts them (``FOLDER`` under the
+    instance's folder), known when the instance registers the storage, its first act with it. Not from
+    ``DAGSTER_HOME``: an instance opened by its folder (``DagsterInstance.from_config``) may be another one."""
+
+    FOLDER: tuple[str, ...] = ()
+
+    def __init__(self, base_dir: str | None = None, *rest) -> None:
+        self._rest = rest  # the storage's own arguments after base_dir
+        self._placed = base_dir is not None
+        if self._placed:
+            super().__init__(base_dir, *rest)
+
+    def register_instance(self, instance: dg.DagsterInstance) -> None:
+        if not self._placed:
+            super().__init__(os.path.join(instance.root_directory, *self.FOLDER), *self._rest)
+            self._placed = True
+        super().register_instance(instance)
+
+
+class MirroredComputeLogManager(PlacedInInstanceFolder, LocalComputeLogManager):
     """Dagster's local compute log manager (the same files under ``storage/``, the same reading for the UI), whose
     copy of a run's output to the process's own stdout and stderr is a thread instead of four processes.
 
@@ -172,20 +193,11 @@ class MirroredComputeLogManager(LocalComputeLogManager):
     Every process of the instance uses it, because ``dagster.yaml`` names it; the command line also puts it in place
     of Dagster's own in an instance whose file names Dagster's (`terminal_instance`)."""
 
+    FOLDER = ("storage",)
+
     def __init__(self, base_dir: str | None = None, polling_timeout: float | None = None,
                  inst_data: ConfigurableClassData | None = None) -> None:
-        self._pending = (polling_timeout, inst_data)
-        self._placed = base_dir is not None
-        if self._placed:
-            super().__init__(base_dir, polling_timeout, inst_data)
-
-    def register_instance(self, instance: dg.DagsterInstance) -> None:
-        """Without a ``base_dir`` in ``dagster.yaml``: where Dagster's default puts the files, in the folder of the
-        instance that registers this manager (its first act with it)."""
-        if not self._placed:
-            super().__init__(os.path.join(instance.root_directory, "storage"), *self._pending)
-            self._placed = True
-        super().register_instance(instance)
+        super().__init__(base_dir, polling_timeout, inst_data)
 
     @classmethod
     def config_type(cls):
@@ -255,14 +267,14 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 # --- where runs record their events ----------------------------------------------------------------------------
-class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
+class KeptOpenSqliteEventLogStorage(PlacedInInstanceFolder, SqliteEventLogStorage):
     """Dagster's sqlite event log (the same files: ``history/runs/index.db`` and one ``<run id>.db`` per run, the same
     tables), with two costs of each write taken out. Every process that opens the instance uses it, because
     ``dagster.yaml`` names it: the command line, ``dagster asset materialize``, the UI, the daemon, run workers.
 
     - **Connections kept open.** Dagster's storage makes an engine, opens the file, writes, commits, closes and
       disposes for every event, and a run records ~40 (a step's start, each partition's planned and materialized
-      events, each check, each log line): 8 ms an event, half of an up-to-date ``materialize posttrain_sample``. Here
+      events, each check, each log line): 8-11 ms an event, half of an up-to-date ``materialize posttrain_sample``. Here
       each file keeps one engine whose pool holds its connection open between writes, for the index and the last
       ``KEEP_OPEN`` run files (the UI reads many runs' files: the oldest engine is closed). A connection ends its
       transaction when it returns to the pool, so it holds no lock between writes, as sqlite's WAL mode needs for
@@ -274,24 +286,14 @@ class KeptOpenSqliteEventLogStorage(SqliteEventLogStorage):
     """
 
     KEEP_OPEN = 4  # run files whose engine stays open, besides the index
+    FOLDER = ("history", "runs", "")
 
     def __init__(self, base_dir: str | None = None, inst_data: ConfigurableClassData | None = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()  # shard -> its engine, the newest last
         self._engines_pid = os.getpid()
         self._inherited: list[OrderedDict[str, Engine]] = []  # a forked process's parent's engines, never used here
         self._empty_run_file: bytes | None = None  # a new run's file, made once per process
-        self._placed = base_dir is not None
-        self._pending_inst_data = inst_data
-        if self._placed:
-            super().__init__(base_dir, inst_data)
-
-    def register_instance(self, instance: dg.DagsterInstance) -> None:
-        """Without a ``base_dir`` in ``dagster.yaml``, the files are where Dagster's default sqlite storage puts
-        them, in the folder of the instance that registers this storage (its first act with it)."""
-        if not self._placed:
-            super().__init__(os.path.join(instance.root_directory, "history", "runs", ""), self._pending_inst_data)
-            self._placed = True
-        super().register_instance(instance)
+        super().__init__(base_dir, inst_data)
 
     @classmethod
     def config_type(cls):
