@@ -11,7 +11,7 @@ as over-long), ids are copies of slices of a random pool below 200,000 (each sam
 do), each sample is a prompt then a trained answer.
 
 Each run is a fresh child process (so its peak RSS is its own) doing what a split's packing does: windows of
-``--pack-window`` samples, one shard per window written with the real writer (``sft/writers.py``: zstd Parquet +
+``--pack-window`` samples, one shard per window written with the real writer (``formats/packed_sft.py``: zstd Parquet +
 samples file). Reported: samples/s and tokens/s (samples and tokens offered, over the whole run, generation
 included), CPU seconds (user + sys: steadier than wall time on a shared machine), bins, packing efficiency
 (sum(L - 1) / (bins * pack_size)) and peak RSS (VmHWM). Baselines, in the same invocation:

@@ -21,7 +21,7 @@ fresh process, one after the other:
    last user message (transformers has no such option), untimed;
 3. ours, Harmony + o200k_harmony, same conversations;
 4. openai-harmony ``render_conversation_for_training`` with ``auto_drop_analysis=False`` on our Harmony messages of
-   the same samples minus the history's ``analysis`` messages (the product's rule, ``sft/harmony.py``: a sample keeps
+   the same samples minus the history's ``analysis`` messages (the product's rule, ``chat/harmony.py``: a sample keeps
    the reasoning of its trained turn, not of earlier turns), for its ids (timed: the library's render + tokenize).
 
 Every sample's ids and mask are hashed (one running hash per 1,000 conversations); the script prints tokens/s and

@@ -1,4 +1,5 @@
-"""Chat SFT: rendering, tokenization and masks, packing, packed outputs and holdout splits (pure code, no Dagster).
+"""Chat SFT: rendering, tokenization and masks (pure code, no Dagster). Packing, the packed files and holdout splits
+are in formats/ (``packing.py``, ``packed_sft.py``, ``splits.py``).
 
 Rendering, tokenization and masks
 ---------------------------------
@@ -40,6 +41,6 @@ Modules:
 - ``masks.py`` — spans -> token mask (transformers' rule) and truncation.
 - ``masked_roles.py`` — where system/developer/user/tool text is, for the no-trained-token check.
 - ``samples.py`` — a conversation -> samples: split per user turn for reasoning, drop reasons.
+- ``tokenizer_choice.py`` — the ``sft.tokenizer_model`` setting -> the tokenizer of its kind.
 - ``chat_format.py`` — the ``sft:`` settings (``chat_template``, ``tokenizer_model``) -> template + tokenizer.
-- ``pool.py`` — the same on several worker processes.
 """

@@ -3,7 +3,7 @@
 ``chat_template``: ``harmony``, ``chatml`` or a path to a ``.jinja`` file. ``tokenizer_model``: as at the top
 level of a blend (``llama3``, a tokenizer.json, a folder, a hub id) or ``o200k_harmony``; by default the blend's,
 and ``o200k_harmony`` for ``harmony``. `ChatFormatSpec` is a small frozen value, so worker processes can rebuild
-the same format from it (`pool.py`) and a receipt can record it.
+the same format from it (defs/sft/render_pool.py) and a receipt can record it.
 """
 
 import functools

@@ -1,7 +1,7 @@
 """Naming a process so that another process can later tell whether it is still alive.
 
 Used for the leftovers of a process killed with ``kill -9``: staging folders (storage.py) and Dagster runs left
-``STARTED`` by a killed CLI (cli.py). A token is ``<host>-<pid>-<start time>``: the start time (clock ticks since
+``STARTED`` by a killed CLI (instance.py). A token is ``<host>-<pid>-<start time>``: the start time (clock ticks since
 boot, from ``/proc``) tells a reused pid apart from the process that wrote the token.
 """
 

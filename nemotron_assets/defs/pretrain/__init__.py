@@ -1,5 +1,6 @@
 """The pretraining pipeline: text datasets -> Megatron ``.bin``/``.idx`` shards -> ``blend.json``.
 
-assets.py (the two assets and their steps), shard.py (one shard: its inputs and its build), build.py (read ->
-tokenize -> write), checks.py, blend_files.py, layout.py, status.py (status and verify), lineage.py.
+shard.py (``pretrain_shard``, top to bottom: the asset, what decides a shard's bytes, and the build: read ->
+tokenize -> write), assets.py (``megatron_blend``, and both assets of a blend), checks.py, blend_files.py,
+layout.py, status.py (status and verify), lineage.py.
 """

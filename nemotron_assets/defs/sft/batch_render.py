@@ -118,7 +118,7 @@ def _kept_rows(batch: pa.RecordBatch, first_row: int, url: str, harmony: bool,
         yield KeptRow(index, record, messages, tools or None)
 
 
-def _with_tokenizer_facts(spec: ChatFormatSpec) -> SamplesStats:
+def with_tokenizer_facts(spec: ChatFormatSpec) -> SamplesStats:
     """Empty stats holding what the later steps need from the tokenizer (the receipt records them)."""
     chat_format = format_of(spec)
     return SamplesStats(eos_id=eos_id(chat_format), end_of_turn_ids=list(chat_format.end_of_turn_ids()),
@@ -128,9 +128,9 @@ def _with_tokenizer_facts(spec: ChatFormatSpec) -> SamplesStats:
 def render_batch(batch: pa.RecordBatch, first_row: int, spec: ChatFormatSpec, url: str) -> tuple[pa.Table,
                                                                                                   SamplesStats]:
     """One batch of Harmony rows (``first_row``: the shard row of its first) -> its samples table and stats: filter,
-    decode, render, tokenize, mask. Runs in a worker process (`pool.in_order`), so the process that reads and writes
-    the files does nothing else. Harmony renders consecutive rows of one reasoning effort together."""
-    stats = _with_tokenizer_facts(spec)
+    decode, render, tokenize, mask. Runs in a worker process (`render_pool.in_order`), so the process that reads
+    and writes the files does nothing else. Harmony renders consecutive rows of one reasoning effort together."""
+    stats = with_tokenizer_facts(spec)
     harmony = spec.chat_template == HARMONY
     kept = list(_kept_rows(batch, first_row, url, harmony, stats))
     results: list[ConversationSamples] = []

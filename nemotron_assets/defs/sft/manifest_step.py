@@ -1,6 +1,6 @@
 """``sft_manifest``: what a trainer is pointed at, once every packed shard of the current plan is up to date.
 
-Writes under ``<base>/sft/`` (`writers.py` for every format):
+Writes under ``<base>/sft/`` (formats/packed_sft.py for every format):
 
 - ``manifest.json``: per split its shard files (relative to ``sft/``; Megatron-Bridge takes the glob
   ``<split>/shard_?????.parquet``), samples, bins, tokens, trained tokens, packing efficiency, drops by reason (the

@@ -2,7 +2,7 @@
 
 - ``bins_within_capacity``: every bin's samples satisfy ``sum(L - 1) <= pack_size``, ``seq_start_id`` starts at 0
   and cuts the bin into samples of at least 2 tokens, the loss mask is 0/1 with each sample's last position 0, and
-  the ``.meta/shard_NNNNN.samples.parquet`` lists exactly the bins' samples (`writers.packed_shard_problems`);
+  the ``.meta/shard_NNNNN.samples.parquet`` lists exactly the bins' samples (`packed_sft.packed_shard_problems`);
 - ``samples_match_plan``: the bins unpacked are exactly the planned samples: each stored sample's digest (ids, then
   shifted mask) equals the digest of its samples-file sample prepared as planned (truncation, padding), none
   missing, none extra (`packing.compare_samples`);

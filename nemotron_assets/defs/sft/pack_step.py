@@ -12,10 +12,10 @@ Two ways to the same bytes:
 
 - **at once** (`build_at_once`), when every sample goes in as it is stored (no ``pad_to_multiple``, nothing
   over-long: `stored_as_they_are`, the default case): the whole shard's arrays are gathered in plan order and laid
-  out with a few NumPy operations (`packing.lay_out_bins`, `writers.write_laid_out_shard`);
+  out with a few NumPy operations (`packing.lay_out_bins`, `packed_sft.write_laid_out_shard`);
 - **sample by sample** (`build_sample_by_sample`) otherwise: each sample is prepared as the packer does
   (`packing.prepare_sample`: truncation to the template's end-of-turn, padding), each bin laid out by
-  `packing.build_bin` and streamed by `writers.PackedShardWriter`.
+  `packing.build_bin` and streamed by `packed_sft.PackedShardWriter`.
 
 A sample the plan placed but the packer would drop means the plan and the samples disagree: an error, never a
 silently different shard. Memory: the shard's samples as read (ids and masks, ~5 bytes a token) and, at once, their

@@ -8,9 +8,9 @@ decides for each sample:
    (``duplicate``); with ``from: [pools]``, a row whose id is in none of the pools (``not_in_pools``) or whose id an
    earlier row already took (``repeated_id``: the union is deduplicated by id, first occurrence in blend, shard
    and row order wins); with ``used_in``, a row listing none of the values (``used_in``);
-2. **split** — `split.assign_split` of the conversation's split key (its first user prompt) under the blend's
+2. **split** — `splits.assign_split` of the conversation's split key (its first user prompt) under the blend's
    ``holdout``, or the split of a dataset listed under the blend's ``valid:``/``test:``;
-3. **copies** — `split.repeat_count` of the dataset's ``weight`` (a repeat factor) for the row's id and
+3. **copies** — `splits.repeat_count` of the dataset's ``weight`` (a repeat factor) for the row's id and
    ``sft.seed``, in ``train``; valid and test take a row at most once (a repeated evaluation sample would only
    weight the metric). A weight that gives no copy leaves the row out (``weight``);
 4. **stored length** — a sample of ``L`` tokens takes ``L - 1`` positions (Megatron-Bridge's rule); over the limit

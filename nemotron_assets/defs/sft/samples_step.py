@@ -10,16 +10,16 @@ Duplicates are left to the plan, which reads the dedup result: rendering does no
 Each kept row is rendered, tokenized and masked by `samples.samples_for_conversations` (one sample for a
 conversation without reasoning, one per user turn with reasoning; drops counted by reason with first examples).
 For a large shard, a batch's whole work (filter, JSON decode, render, the batch's table) runs in worker processes
-(`batch_render.render_batch` through `pool.in_order`): this process only reads batches and writes the tables the
+(`batch_render.render_batch` through `render_pool.in_order`): this process only reads batches and writes the tables the
 workers send back, in order, so it never tokenizes and competes with them for a core only to read and write (when
-it can fork the workers, it parses the tokenizer files once for all of them first: pool.py). Harmony renders each
+it can fork the workers, it parses the tokenizer files once for all of them first: render_pool.py). Harmony renders each
 row with its own reasoning effort (``meta_reasoning_effort``: the system message's ``Reasoning:`` line), as the row
 was normalized.
 
 Output ``<base>/sft/samples/<dataset>/shard_NNNNN.arrow`` (an Arrow IPC file, zstd, a record batch per batch:
 samples_file.py says why not Parquet), one row per sample (`samples_file.SCHEMA`): ``id``, ``dataset``, ``row`` (the
 row in the Harmony shard), ``sample`` (its index in the conversation), ``user_turn``, ``split_key``
-(`split.split_key`: the first user prompt), ``used_in``, ``license``, ``source_row`` (the row in the raw source
+(`splits.split_key`: the first user prompt), ``used_in``, ``license``, ``source_row`` (the row in the raw source
 file), ``length``, ``trained`` (tokens with mask 1), ``input_ids`` (list<int32>), ``assistant_mask`` (list<uint8>,
 unshifted) and ``masked_spans`` (list<int32>, flat ``[start, end)`` token ranges of system/developer/user/tool text,
 `masked_roles.py`). The receipt (inputs: `inputs.samples_inputs`) also records what the later steps need from the
@@ -41,7 +41,7 @@ from nemotron_assets.core.storage import Storage
 from nemotron_assets.core.workers import usable_cores
 from nemotron_assets.defs.harmony.layout import harmony_shard_path
 from nemotron_assets.defs.sft import samples_file
-from nemotron_assets.defs.sft.batch_render import READ_COLUMNS, SamplesStats, _with_tokenizer_facts, render_batch
+from nemotron_assets.defs.sft.batch_render import READ_COLUMNS, SamplesStats, render_batch, with_tokenizer_facts
 from nemotron_assets.defs.sft.inputs import PackedSft, chat_identity, samples_inputs
 from nemotron_assets.defs.sft.layout import sft_samples_prefix
 from nemotron_assets.defs.sft.render_pool import forks_workers, in_order
@@ -67,7 +67,7 @@ def build_samples_file(source, url: str, spec: ChatFormatSpec, out: Path, worker
             stats.add(batch_stats)
             writer.write_table(table)
     if not stats.tokenizer_backend:  # an empty shard: no batch told us the tokenizer's facts
-        stats.add(_with_tokenizer_facts(spec))
+        stats.add(with_tokenizer_facts(spec))
     digest = file_digest(out)
     stats.bytes, stats.sha256 = digest["bytes"], digest["sha256"]
     return stats

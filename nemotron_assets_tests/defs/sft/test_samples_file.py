@@ -5,7 +5,7 @@ The Harmony shard here is written by the test with the columns the step reads, s
 them (JSON text for messages and tools, nullable provenance); worker processes must write the same bytes as one
 process, an unreadable row must be named by shard and row from inside a worker, and a samples file holding a value
 its columns cannot hold must be named by file and row when the packer reads it. Workers forked from a process
-that parsed the tokenizer first (pool.py) must write the same bytes too.
+that parsed the tokenizer first (defs/sft/render_pool.py) must write the same bytes too.
 """
 
 import hashlib
