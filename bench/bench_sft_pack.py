@@ -10,11 +10,14 @@ follow a log-normal (median 700 tokens, sigma 0.9: mean ~1,050, ~2.5 % longer th
 as over-long), ids are copies of slices of a random pool below 200,000 (each sample owns its arrays, as real ones
 do), each sample is a prompt then a trained answer.
 
-Each run is a fresh child process (so its peak RSS is its own) doing what a split's packing does: windows of
-``--pack-window`` samples, one shard per window written with the real writer (``formats/packed_sft.py``: zstd Parquet +
-samples file). Reported: samples/s and tokens/s (samples and tokens offered, over the whole run, generation
-included), CPU seconds (user + sys: steadier than wall time on a shared machine), bins, packing efficiency
-(sum(L - 1) / (bins * pack_size)) and peak RSS (VmHWM). Baselines, in the same invocation:
+Each run is a fresh child process (so its peak RSS is its own) doing what a split's packing does, with the
+product's functions: windows of ``--pack-window`` samples, over-long ones dropped as the plan drops them, each
+window's bins planned (``formats/packing.py plan_bins``, as ``sft_plan`` does), cut into shards of the default
+``shard_tokens`` and written the way ``sft_packed`` writes samples stored as they are (``lay_out_bins``, then
+``formats/packed_sft.py write_laid_out_shard``: zstd Parquet + the samples listing). Reported: samples/s and
+tokens/s (samples and tokens offered, over the whole run, generation included), CPU seconds (user + sys: steadier
+than wall time on a shared machine), bins, packing efficiency (sum(L - 1) / (bins * pack_size)) and peak RSS
+(VmHWM). Baselines, in the same invocation:
 
 - ``generate only``: producing the samples (the floor every run pays);
 - ``unpacked``: writing every sample as its own row through the same writer (no planning, no concatenation):
@@ -75,8 +78,8 @@ def child(mode: str, args) -> dict:
     """One measured run, in this (fresh) process; prints its numbers as one JSON line."""
     import numpy as np
 
-    from nemotron_assets.formats.packed_sft import PackedShardWriter, npy_from_shards, samples_name, shard_name
-    from nemotron_assets.formats.packing import BinMember, PackedBin, PackSettings, PackStats, pack_samples, shift_mask
+    from nemotron_assets.formats.packed_sft import PackedShardWriter, npy_from_shards, shard_name
+    from nemotron_assets.formats.packing import BinMember, PackedBin, PackSettings, PackStats, shift_mask
 
     started = (time.perf_counter(), cpu_seconds())  # after the imports
     result = {"mode": mode}
@@ -86,7 +89,7 @@ def child(mode: str, args) -> dict:
         result.update(samples=args.samples, tokens=tokens)
     elif mode == "unpacked":
         with tempfile.TemporaryDirectory(dir=args.tmp) as out:
-            writer = PackedShardWriter(Path(out) / shard_name(0), Path(out) / samples_name(0))
+            writer = PackedShardWriter(Path(out) / shard_name(0), Path(out) / listing_name(0))
             tokens = 0
             for s in samples:
                 member = BinMember(s.id, s.dataset, s.source_row, 0, 0, len(s.input_ids), False)
@@ -104,12 +107,9 @@ def child(mode: str, args) -> dict:
                 if not chunk:
                     break
                 offered_tokens = sum(len(s.input_ids) for s in chunk)
-                writer = PackedShardWriter(Path(out) / shard_name(window), Path(out) / samples_name(window))
-                for packed in pack_samples(chunk, settings, stats, first_window=window):
-                    writer.write(packed)
-                files = writer.close()
-                shards.append(Path(files.packed.path))
-                written += files.packed.bytes
+                for files in pack_window(chunk, settings, stats, window, len(shards), Path(out)):
+                    shards.append(Path(files.packed.path))
+                    written += files.packed.bytes
                 result["tokens_offered"] = result.get("tokens_offered", 0) + offered_tokens
                 del chunk
                 window += 1
@@ -125,6 +125,43 @@ def child(mode: str, args) -> dict:
         return result
     result.update(measure(started))
     return result
+
+
+def listing_name(shard: int) -> str:
+    return f"shard_{shard:05d}.samples.parquet"
+
+
+def pack_window(chunk: list, settings, stats, window: int, first_shard: int, out: Path) -> list:
+    """One window of samples -> its packed shards, as the plan and the packed step make them for samples stored as
+    they are: over-long samples dropped (counted), bins planned on the others' positions and cut into shards of at
+    most the default ``shard_tokens`` (here a window's bins are cut alone; the plan cuts a split's bins across
+    windows), each shard's bins laid out and written at once. Returns the shards' files."""
+    import numpy as np
+    import pyarrow as pa
+
+    from nemotron_assets.core.sections import DEFAULT_SHARD_TOKENS
+    from nemotron_assets.defs.sft.plan_step import shard_bounds
+    from nemotron_assets.formats.packed_sft import shard_name, write_laid_out_shard
+    from nemotron_assets.formats.packing import OVERLONG, lay_out_bins, plan_bins
+
+    kept = [s for s in chunk if len(s.input_ids) - 1 <= settings.max_positions]
+    stats.samples_in += len(chunk) - len(kept)  # offered (count_laid_out counts the others)
+    stats.dropped[OVERLONG] += len(chunk) - len(kept)
+    bins = plan_bins([len(s.input_ids) - 1 for s in kept], settings, window)
+    written = []
+    for shard, (first, end) in enumerate(shard_bounds(len(bins), max(1, DEFAULT_SHARD_TOKENS // settings.pack_size)),
+                                         start=first_shard):
+        order = [kept[i] for members in bins[first:end] for i in members]
+        laid = lay_out_bins(np.concatenate([s.input_ids for s in order]),
+                            np.concatenate([s.assistant_mask for s in order]),
+                            np.array([len(s.input_ids) for s in order]),
+                            np.array([len(members) for members in bins[first:end]]))
+        members = pa.table({"id": [s.id for s in order], "sample": [s.sample for s in order],
+                            "dataset": [s.dataset for s in order], "source_row": [s.source_row for s in order],
+                            "copy": [s.copy for s in order], "truncated": np.zeros(len(order), dtype=bool)})
+        written.append(write_laid_out_shard(laid, members, out / shard_name(shard), out / listing_name(shard)))
+        stats.count_laid_out(laid, (s.license for s in order))
+    return written
 
 
 def cpu_seconds() -> float:
