@@ -12,7 +12,7 @@ Both kinds of tokenizer are parsed from the file here, once, by `parse_tokenizer
 
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Protocol
@@ -93,14 +93,15 @@ class ParsedTokenizer:
     fast_error: str = "fastokens not asked for"
 
 
-def parse_fastokens(text: str) -> tuple[Any, str]:
+def parse_fastokens(text: str, parsing: Callable[[], object] = lambda: None) -> tuple[Any, str]:
     """fastokens' parse of a tokenizer.json's ``text``, padding and truncation off: ``(tokenizer, "")``, or ``(None,
-    why)`` when fastokens cannot take the file or is not installed."""
+    why)`` when fastokens cannot take the file or is not installed. ``parsing`` is called just before the parse."""
     try:
         import fastokens
 
         # Read once per process, at fastokens' first encode: set before anything is encoded.
         os.environ.setdefault("FASTOKENS_BPE_THREADS", FASTOKENS_THREADS_PER_CALL)
+        parsing()
         fast = fastokens.Tokenizer.from_json_str(text)
         fast.no_padding()
         fast.no_truncation()
@@ -110,19 +111,26 @@ def parse_fastokens(text: str) -> tuple[Any, str]:
 
 
 def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = None) -> ParsedTokenizer:
-    """Parse a tokenizer.json's ``text``: fastokens in a thread (it lets go of the GIL for most of its ~1.3 s on
-    Llama-3) while the reference parses here. The thread is joined before this returns, also when the reference
-    refuses the file, so nothing parses on after the caller moved on. A file the reference refuses is an
-    ``InputError`` naming ``path`` (and the blend ``field`` that chose it)."""
+    """Parse a tokenizer.json's ``text``: fastokens in a thread while the reference parses here. fastokens lets go of
+    the GIL for most of its ~0.9 s on Llama-3, and the reference (~0.3 s) holds it, so the reference starts only once
+    the thread is inside fastokens' parse: started at once, the reference held the GIL while the thread was still
+    importing fastokens, and the two parses ran one after the other (1.2 s instead of 0.9 s, bench/README.md).
+
+    The thread is joined before this returns, also when the reference refuses the file, so nothing parses on after
+    the caller moved on. A file the reference refuses is an ``InputError`` naming ``path`` (and the blend ``field``
+    that chose it)."""
     parsed = ParsedTokenizer(reference=None)  # type: ignore[arg-type]
     failed: list[BaseException] = []  # anything else the thread raised, raised again here
+    fast_parsing = threading.Event()
 
     def parse_fast() -> None:
         try:
-            fast, error = parse_fastokens(text)
+            fast, error = parse_fastokens(text, parsing=fast_parsing.set)
         except BaseException as exc:  # noqa: BLE001 - a thread's error would only be printed
             failed.append(exc)
             return
+        finally:
+            fast_parsing.set()  # also when it ended before parsing
         parsed.fast = fast
         if error:
             parsed.fast_error = error
@@ -130,6 +138,7 @@ def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = N
     thread = threading.Thread(target=parse_fast, name="fastokens-parse") if with_fast else None
     if thread is not None:
         thread.start()
+        fast_parsing.wait()
     try:
         reference = Tokenizer.from_str(text)
     except Exception as exc:  # tokenizers raises a bare Exception on a malformed tokenizer.json
