@@ -138,8 +138,9 @@ def parse_tokenizer(text: str, path: str, with_fast: bool, field: str | None = N
     thread = threading.Thread(target=parse_fast, name="fastokens-parse") if with_fast else None
     if thread is not None:
         thread.start()
-        fast_parsing.wait()
     try:
+        if thread is not None:
+            fast_parsing.wait()  # inside the try: a Ctrl-C here still joins the thread
         reference = Tokenizer.from_str(text)
     except Exception as exc:  # tokenizers raises a bare Exception on a malformed tokenizer.json
         raise InputError(f"not a valid tokenizer.json: {exc}", path=path, field=field) from None

@@ -7,6 +7,7 @@ against 0.9-1.1 s, bench/README.md). The fast parse here is a stand-in that take
 order does not depend on how the threads happen to be scheduled; the reference is the real one.
 """
 
+import signal
 import threading
 import time
 
@@ -73,3 +74,32 @@ def _parse_or_error():
         return encoders.parse_tokenizer(TOKENIZER_JSON, "tokenizer.json", with_fast=True)
     except MemoryError as exc:
         return exc
+
+
+class Interrupted(BaseException):
+    """What a Ctrl-C raises (a BaseException, as KeyboardInterrupt is), without pytest taking it for one."""
+
+
+def test_an_interrupt_while_waiting_for_the_fast_parse_still_joins_its_thread(monkeypatch, events):
+    threads: list[threading.Thread] = []
+
+    def slow_to_start(text, parsing=lambda: None):
+        threads.append(threading.current_thread())
+        time.sleep(0.3)
+        parsing()
+        return "fast", ""
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    monkeypatch.setattr(encoders, "parse_fastokens", slow_to_start)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(Interrupted):
+            encoders.parse_tokenizer(TOKENIZER_JSON, "tokenizer.json", with_fast=True)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not threads[0].is_alive(), "parse_tokenizer left with the fast parse still running"
+    assert events == []
