@@ -81,6 +81,9 @@ def child(mode: str, args) -> dict:
     from nemotron_assets.formats.packed_sft import PackedShardWriter, npy_from_shards, shard_name
     from nemotron_assets.formats.packing import BinMember, PackedBin, PackSettings, PackStats, shift_mask
 
+    if mode not in ("generate", "unpacked"):
+        import nemotron_assets.defs.sft.plan_step  # noqa: F401 - `pack_window`'s, imported here: it imports Dagster (~0.7 s)
+
     started = (time.perf_counter(), cpu_seconds())  # after the imports
     result = {"mode": mode}
     samples = synthetic_samples(args.samples, args.pack_size)
