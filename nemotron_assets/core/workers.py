@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -306,6 +307,7 @@ def in_order(function: Callable[..., Any], tasks: Iterable[tuple], workers: int,
     if forked:  # the workers do not run this process's signal handlers (`_signals_held`), nor outlive it
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())  # this thread's, as it is
         initializer, initargs = _forked_worker, (os.getpid(), mask, initializer, initargs)
+        _arrow_conversions_loaded()
     with ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs) as pool:
         if forked:
             gc.freeze()  # the workers' collections skip what they inherit (nor copy its pages to mark it)
@@ -323,6 +325,17 @@ def in_order(function: Callable[..., Any], tasks: Iterable[tuple], workers: int,
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def _arrow_conversions_loaded() -> None:
+    """Before forking: load what pyarrow loads at a process's first conversion of Python objects to Arrow, so that
+    the workers inherit it. The tasks of `in_order` send back tables made from Python rows (normalized records,
+    rendered samples), and that first conversion imports pandas when it is installed (~0.15 s); each worker paid it
+    again before its first result (bench/README.md, "Workers no longer import pandas")."""
+    if "pyarrow" in sys.modules:
+        import pyarrow as pa
+
+        pa.array([])
 
 
 def _forked_worker(parent: int, mask: set[signal.Signals], initializer: Callable[..., None] | None,

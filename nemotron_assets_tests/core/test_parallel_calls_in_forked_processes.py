@@ -343,3 +343,24 @@ def test_a_signal_whose_exception_python_ignored_still_ends_the_wait():
         assert signal.getsignal(signal.SIGTERM) is interrupt  # the handler the wait found is back
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_forked_pool_workers_inherit_what_arrow_loads_at_its_first_conversion():
+    """``in_order`` with fork, in a process that has imported pyarrow: pyarrow imports pandas (when installed) at a
+    process's first conversion of Python objects, and the tasks send back tables made from Python rows. The parent
+    loads it before the fork, so no worker imports it again (~0.15 s each)."""
+    pytest.importorskip("pandas")
+    script = """
+import sys
+import pyarrow
+from nemotron_assets.core.workers import in_order
+
+def pandas_was_there(_task):
+    return "pandas" in sys.modules
+
+assert "pandas" not in sys.modules
+print(list(in_order(pandas_was_there, [(task,) for task in range(4)], 2, start="fork")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[True, True, True, True]"]
