@@ -270,7 +270,9 @@ def execute(origin, repo, instance: dg.DagsterInstance, asset_key: dg.AssetKey, 
                     for p in partition_runs}
         print(f"launched {len(launched)} {asset} run(s) through {type(instance.run_launcher).__name__}",
               file=sys.stderr)
-        wait_for_runs(instance, launched, on_finished=lambda o: ended(o.for_asset(asset), outcomes))
+        wait_for_runs(instance, launched, on_finished=lambda o: ended(o.for_asset(asset), outcomes),
+                      stopping=lambda: interrupts.signalled)
+        interrupts.check()  # a signal during the last poll: the runs had ended, the next step must not start
         return
     for partitions in partition_runs:
         outcome = execute_assets(origin, repo, instance, [asset_key], partitions, run_config,

@@ -430,10 +430,16 @@ def launch_assets(origin: RepositoryPythonOrigin, repo: dg.RepositoryDefinition,
 
 def wait_for_runs(instance: dg.DagsterInstance, launched: dict[str, tuple[str, ...]],
                   on_finished: Callable[[RunOutcome], None] | None = None, poll_seconds: float = 1.0,
-                  timeout: float | None = None) -> list[RunOutcome]:
+                  timeout: float | None = None, stopping: Callable[[], str | None] = lambda: None
+                  ) -> list[RunOutcome]:
     """Poll until every run of ``launched`` (run id -> partitions) has finished; returns the outcomes in launch
     order and calls ``on_finished`` as each one ends. A run whose worker the launcher reports failed or gone is
-    marked failed; Ctrl-C (or ``timeout``) asks the launcher to stop the runs still going."""
+    marked failed; Ctrl-C (or ``timeout``) asks the launcher to stop the runs still going.
+
+    ``stopping()`` is asked at every poll: a signal's name once the command has seen one (cli/interrupts.py), which
+    stops the wait as Ctrl-C's ``KeyboardInterrupt`` does. The ``KeyboardInterrupt`` alone is not enough: raised
+    wherever Python happens to be when the signal lands, it can be swallowed there (a finalizer, a library's
+    ``except BaseException``), and the command then waited for every run to its end and went on to the next step."""
     started = time.monotonic()
     outcomes: dict[str, RunOutcome] = {}
     last_check = started
@@ -459,6 +465,8 @@ def wait_for_runs(instance: dg.DagsterInstance, launched: dict[str, tuple[str, .
                 if on_finished:
                     on_finished(outcome)
             if len(outcomes) < len(launched):
+                if (signal_name := stopping()) is not None:
+                    raise KeyboardInterrupt(signal_name)
                 if timeout is not None and time.monotonic() - started > timeout:
                     raise TimeoutError(f"{len(launched) - len(outcomes)} run(s) still going after {timeout:.0f} s")
                 time.sleep(poll_seconds)
