@@ -199,9 +199,11 @@ def run_build_sensor(root: Root, work: Path, timeout_s: float = 600) -> dict:
     time to load the code location; then the blend's build sensor is turned on (``dagster sensor start``, what the
     UI's switch does) and the time is taken from the moment it is on until the blend files' receipt is committed.
     Only wall time: the daemon's processes outlive the build."""
+    from nemotron_assets.core.records import receipt_path  # where the product keeps a receipt, wherever that is
+
     bin_dir = Path(sys.executable).parent
     workspace = str(root.code / "workspace.yaml")
-    receipt = root.data / "bench" / "pretrain" / "blend.receipt.json"
+    receipt = root.data / receipt_path("bench/pretrain/blend.receipt")
     with open(work / "daemon.log", "wb") as log:
         daemon = subprocess.Popen([str(bin_dir / "dagster-daemon"), "run", "-w", workspace], env=root.env,
                                   cwd=root.code, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
