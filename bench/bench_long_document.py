@@ -100,8 +100,10 @@ def run_cli(work: Path, name: str, document: Path, path: str, backend: str) -> d
     if code != 0:
         raise SystemExit(f"{name} failed ({code}):\n{done.stderr[-4000:]}")
     prefix = data / "longdoc" / "pretrain" / "doc" / "shard_00000"
-    # the receipt is in .receipts/ beside the shard; a checkout older than that folder (--before) wrote it beside it
-    receipt = prefix.parent / ".receipts" / "shard_00000.json"
+    from nemotron_assets.core.records import receipt_path  # where the product keeps a receipt, wherever that is
+
+    # a checkout older than the receipts' folder (--before) wrote the receipt beside the shard
+    receipt = Path(receipt_path(str(prefix)))
     stats = json.loads((receipt if receipt.exists() else Path(f"{prefix}.json")).read_text())["stats"]
     digest = hashlib.sha256(Path(f"{prefix}.bin").read_bytes() + Path(f"{prefix}.idx").read_bytes()).hexdigest()
     whole_logged = [line for line in done.stderr.splitlines() if "tokenized whole" in line]
