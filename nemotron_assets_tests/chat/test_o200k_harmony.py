@@ -4,8 +4,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nemotron_assets.chat import o200k
-from nemotron_assets.chat.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_PATTERN, o200k_harmony_encoding
-from nemotron_assets.formats.harmony import special_tokens as formats_special_tokens
+from nemotron_assets.chat.o200k import O200K_PATTERN, o200k_harmony_encoding
+from nemotron_assets.formats.harmony import HARMONY_SPECIAL_TOKENS
 from nemotron_assets_tests.chat.render_reference import PIECES, as_list, chat_tokenizer, harmony_encoding
 
 TOKEN = st.sampled_from(sorted(HARMONY_SPECIAL_TOKENS))
@@ -18,11 +18,6 @@ def test_special_tokens_are_openai_harmonys():
     assert set(HARMONY_SPECIAL_TOKENS) == set(library.special_tokens_set)
     for token, token_id in HARMONY_SPECIAL_TOKENS.items():
         assert library.encode(token, allowed_special="all") == [token_id], token
-
-
-def test_literals_cover_tiktokens_own_definition_too():
-    """tiktoken's o200k_harmony (what formats/harmony.py refuses in content) adds <|endofprompt|>."""
-    assert set(formats_special_tokens()) <= set(LITERALS)
 
 
 def test_pattern_and_specials_are_tiktokens_definition(monkeypatch):

@@ -21,7 +21,9 @@ from openai_harmony import Message as LibraryMessage
 
 from nemotron_assets.formats.harmony import (
     CHANNELS,
+    HARMONY_SPECIAL_TOKENS,
     JSON_CONTENT_TYPE,
+    LITERALS,
     ROLES,
     HarmonyError,
     HarmonyParseError,
@@ -34,7 +36,6 @@ from nemotron_assets.formats.harmony import (
     find_special_token,
     parse_harmony,
     render_harmony,
-    special_tokens,
     system_content,
     validate_harmony,
     validate_messages,
@@ -328,36 +329,30 @@ def test_recipient_after_the_channel_parses_like_the_library(harmony_encoding, t
     assert ours[0].recipient is not None and ours[0].channel is not None
 
 
-def test_special_tokens_are_tiktoken_o200k_harmony_and_differ_from_openai_harmony_only_where_known(harmony_encoding):
-    """tiktoken's o200k_harmony inherits o200k_base's ``<|endofprompt|>`` (200018) and stops its reserved tokens at
-    201087; openai-harmony 0.0.8 knows no ``<|endofprompt|>`` and reserves up to 201088. Nothing else differs."""
-    ours, library = special_tokens(), harmony_encoding.special_tokens_set
-    assert ours - library == {"<|endofprompt|>"}
-    assert library - ours == {"<|reserved_201088|>"}
-    assert len(ours) == 1091
+def test_reserved_literals_are_openai_harmonys_special_tokens_and_tiktokens(harmony_encoding, monkeypatch):
+    """openai-harmony 0.0.8 reserves up to 201088 and knows no ``<|endofprompt|>``; tiktoken's own o200k_harmony
+    definition (read here with its vocabulary download replaced by nothing: only its special tokens are wanted) maps
+    ``<|endofprompt|>`` to 200018 and stops at 201087. Content may hold neither library's tokens."""
+    import tiktoken_ext.openai_public as public
+
+    monkeypatch.setattr(public, "load_tiktoken_bpe", lambda *args, **kwargs: {})
+    tiktokens = public.o200k_harmony()["special_tokens"]
+    assert set(HARMONY_SPECIAL_TOKENS) == harmony_encoding.special_tokens_set
+    assert set(LITERALS) == harmony_encoding.special_tokens_set | set(tiktokens)
+    assert set(LITERALS) - harmony_encoding.special_tokens_set == {"<|endofprompt|>"}
+    assert tiktokens["<|endofprompt|>"] == 200018
+    assert len(LITERALS) == len(set(LITERALS)) == 1092
 
 
-def test_endofprompt_is_token_200018_and_refused_in_content():
-    from nemotron_assets.formats.harmony import o200k_harmony_special_tokens
-
-    assert o200k_harmony_special_tokens()["<|endofprompt|>"] == 200018
+def test_every_reserved_literal_is_found_in_content_and_refused():
+    """`find_special_token` searches for ``<|[a-z0-9_]+|>`` first: a literal of another shape would slip through."""
+    for literal in LITERALS:
+        assert find_special_token(f"a {literal} b") == literal
     assert find_special_token("a <|endofprompt|> b") == "<|endofprompt|>"
     with pytest.raises(SpecialTokenError):
         render_harmony([Message.user("<|endofprompt|>")])
-
-
-@pytest.mark.parametrize("setting", [None, "/somewhere/else"])
-def test_loading_the_encoding_restores_the_tiktoken_cache_setting(monkeypatch, setting):
-    import os
-
-    from nemotron_assets.formats.harmony import o200k_harmony_special_tokens
-
-    if setting is None:
-        monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
-    else:
-        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", setting)
-    assert "<|start|>" in o200k_harmony_special_tokens.__wrapped__()  # the uncached load
-    assert os.environ.get("TIKTOKEN_CACHE_DIR") == setting
+    with pytest.raises(SpecialTokenError):
+        render_harmony([Message.user("<|reserved_201088|>")])
 
 
 # --- randomized parity ----------------------------------------------------------------------------------------------
@@ -585,7 +580,7 @@ def test_special_token_error_is_a_render_error_and_a_value_error():
     assert issubclass(HarmonyRenderError, HarmonyError) and issubclass(HarmonyError, ValueError)
 
 
-@pytest.mark.parametrize("text", ["<|reserved_5|>", "<|reserved_200002|>", "<|reserved_201088|>", "<|im_start|>",
+@pytest.mark.parametrize("text", ["<|reserved_5|>", "<|reserved_200002|>", "<|reserved_201089|>", "<|im_start|>",
                                   "<|refusal|>", "<|END|>"])
 def test_lookalikes_are_not_special_tokens(text):
     assert find_special_token(text) is None

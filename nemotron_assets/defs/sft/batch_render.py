@@ -16,11 +16,11 @@ import pyarrow as pa
 
 from nemotron_assets.chat.chat_format import ChatFormat, ChatFormatSpec
 from nemotron_assets.chat.harmony import HARMONY
-from nemotron_assets.chat.o200k import HARMONY_SPECIAL_TOKENS
 from nemotron_assets.chat.samples import ConversationSamples, check_conversation, samples_for_conversations
 from nemotron_assets.defs.sft.render_pool import format_of
 from nemotron_assets.defs.sft.samples_file import METADATA_COLUMNS, SCHEMA
 from nemotron_assets.defs.sft.stats import MAX_EXAMPLES, add_histograms, log2_histogram
+from nemotron_assets.formats.harmony import HARMONY_SPECIAL_TOKENS
 from nemotron_assets.formats.splits import split_key
 from nemotron_assets.sources.errors import InputError
 

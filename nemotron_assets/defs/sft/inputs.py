@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nemotron_assets.chat.chat_format import ChatFormatSpec, default_tokenizer_model
-from nemotron_assets.chat.o200k import HARMONY_SPECIAL_TOKENS, LITERALS, O200K_BASE_SHA256, O200K_HARMONY
+from nemotron_assets.chat.o200k import O200K_BASE_SHA256, O200K_HARMONY
 from nemotron_assets.chat.templates import RENDER_DATE
 from nemotron_assets.core.blend import Blend
 from nemotron_assets.core.layout import ShardKey
@@ -38,6 +38,7 @@ from nemotron_assets.defs.harmony.shard import harmony_freshness
 from nemotron_assets.defs.sft import samples_file
 from nemotron_assets.defs.sft.batch_render import O200K_EOS
 from nemotron_assets.defs.sft.layout import sft_plan_prefix, sft_samples_prefix
+from nemotron_assets.formats.harmony import HARMONY_SPECIAL_TOKENS, LITERALS
 from nemotron_assets.formats.packing import PackSettings
 from nemotron_assets.formats.splits import SPLITS, Holdout
 from nemotron_assets.sources.manifest import SourceManifest
