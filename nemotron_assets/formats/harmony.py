@@ -77,7 +77,6 @@ CALL = "<|call|>"
 RETURN = "<|return|>"
 TERMINATORS = (END, CALL, RETURN)
 
-GRAMMAR_TOKENS = (START, MESSAGE, CHANNEL, CONSTRAIN, END, CALL, RETURN)
 #: What a special token looks like; searching for this first, then checking the set, keeps scanning fast.
 _SPECIAL_TOKEN_CANDIDATE = re.compile(r"<\|[a-z0-9_]+\|>")
 
